@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Shared helpers for integration scripts: start the built strata binary on a free
+# port with a throwaway data directory, and stop it when the script exits.
+#
+#   source "$(dirname "$0")/../lib.sh"   (or the right relative path)
+#   start_broker            # sets BOOTSTRAP=127.0.0.1:PORT, BROKER_PID, BROKER_DATA
+#   ... run clients against $BOOTSTRAP ...
+#
+# STRATA_BIN overrides the binary (default: target/release/strata of this repo).
+
+INTEGRATION_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$INTEGRATION_ROOT/.." && pwd)"
+STRATA_BIN="${STRATA_BIN:-$REPO_ROOT/target/release/strata}"
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+start_broker() {
+  [ -x "$STRATA_BIN" ] || { echo "strata binary not found at $STRATA_BIN (cargo build --release)" >&2; return 1; }
+  local port
+  port="$(free_port)"
+  BROKER_DATA="$(mktemp -d -t strata-it-XXXXXX)"
+  BOOTSTRAP="127.0.0.1:$port"
+  "$STRATA_BIN" serve --listen "$BOOTSTRAP" --advertised-listener "$BOOTSTRAP" \
+    --data-dir "$BROKER_DATA" "$@" >"$BROKER_DATA/broker.log" 2>&1 &
+  BROKER_PID=$!
+  trap stop_broker EXIT
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      export BOOTSTRAP BROKER_PID BROKER_DATA
+      return 0
+    fi
+    kill -0 "$BROKER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "broker did not start; log:" >&2
+  cat "$BROKER_DATA/broker.log" >&2
+  return 1
+}
+
+stop_broker() {
+  if [ -n "${BROKER_PID:-}" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
+    kill -TERM "$BROKER_PID" 2>/dev/null || true
+    for _ in $(seq 1 100); do   # up to 10s for a clean shutdown, then SIGKILL
+      kill -0 "$BROKER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$BROKER_PID" 2>/dev/null || true
+    # (|| true: callers run under set -e, and wait returns the broker's exit status)
+    wait "$BROKER_PID" 2>/dev/null || true
+  fi
+  if [ -n "${BROKER_DATA:-}" ] && [ -d "$BROKER_DATA" ]; then
+    if [ "${KEEP_BROKER_DATA:-0}" = 1 ]; then
+      echo "broker data kept in $BROKER_DATA" >&2
+    else
+      rm -rf "$BROKER_DATA"
+    fi
+  fi
+}

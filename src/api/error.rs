@@ -1,0 +1,33 @@
+//! Catalog and log errors as Kafka error codes: the one place they meet.
+
+use kafka_protocol::error::ResponseError;
+
+use crate::catalog::CatalogError;
+use crate::log::LogError;
+
+pub fn log_error_code(e: &LogError) -> i16 {
+    match e {
+        LogError::Io(_) => ResponseError::KafkaStorageError,
+        LogError::Corrupt(_) => ResponseError::CorruptMessage,
+        LogError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        LogError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+        LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        LogError::TransactionsUnsupported => ResponseError::TransactionalIdAuthorizationFailed,
+    }
+    .code()
+}
+
+pub fn catalog_error_code(e: &CatalogError) -> i16 {
+    match e {
+        CatalogError::TopicExists(_) => ResponseError::TopicAlreadyExists.code(),
+        CatalogError::InvalidTopic(_) => ResponseError::InvalidTopicException.code(),
+        CatalogError::UnknownTopic => ResponseError::UnknownTopicOrPartition.code(),
+        CatalogError::InvalidPartitions(_) => ResponseError::InvalidPartitions.code(),
+        CatalogError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor.code(),
+        CatalogError::InvalidConfig(_) => ResponseError::InvalidConfig.code(),
+        CatalogError::Log(l) => log_error_code(l),
+    }
+}

@@ -1,0 +1,386 @@
+//! The catalog: which topics exist, their ids, partitions and configs.
+//!
+//! Each topic is a directory `topics/<name>/` holding `topic.json` (id,
+//! partition count, config overrides) and one directory per partition. The
+//! JSON is replaced atomically (temp file, fsync, rename), so a crash leaves
+//! either the old or the new description. Deleting a topic renames its
+//! directory out of the way first, then removes it in the background.
+
+pub mod config;
+pub mod producer_ids;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::log::index::write_synced;
+use crate::log::{AppendConfig, LogError, Partition};
+pub use config::TopicConfig;
+use producer_ids::ProducerIdAllocator;
+
+/// Kafka's limit on topic name length.
+const MAX_TOPIC_NAME_LEN: usize = 249;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("Topic '{0}' already exists.")]
+    TopicExists(String),
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("This server does not host this topic-partition.")]
+    UnknownTopic,
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+impl From<std::io::Error> for CatalogError {
+    fn from(e: std::io::Error) -> Self {
+        CatalogError::Log(LogError::Io(e))
+    }
+}
+
+/// Checks a topic name by Kafka's rules: 1-249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
+    let invalid = |why: &str| Err(CatalogError::InvalidTopic(format!("Topic name \"{name}\" is illegal, {why}")));
+    if name.is_empty() {
+        return invalid("it can't be empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("it can't be '.' or '..'");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return invalid("it can't be longer than 249 characters");
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return invalid("it contains a character other than ASCII alphanumerics, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TopicFile {
+    id: Uuid,
+    partitions: u32,
+    #[serde(default)]
+    config: TopicConfig,
+}
+
+pub struct Topic {
+    name: String,
+    id: Uuid,
+    dir: PathBuf,
+    config: RwLock<TopicConfig>,
+    partitions: RwLock<Vec<Arc<Partition>>>,
+}
+
+impl Topic {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+    pub fn config(&self) -> TopicConfig {
+        self.config.read().clone()
+    }
+    pub fn partition_count(&self) -> usize {
+        self.partitions.read().len()
+    }
+    pub fn partition(&self, index: i32) -> Option<Arc<Partition>> {
+        usize::try_from(index).ok().and_then(|i| self.partitions.read().get(i).cloned())
+    }
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().clone()
+    }
+    pub fn is_internal(&self) -> bool {
+        self.name.starts_with("__")
+    }
+
+    pub fn append_config(&self) -> AppendConfig {
+        let c = self.config.read();
+        AppendConfig {
+            max_message_bytes: c.max_message_bytes(),
+            segment_bytes: c.segment_bytes(),
+            segment_ms: c.segment_ms(),
+            log_append_time: c.log_append_time(),
+        }
+    }
+
+    fn persist(&self) -> Result<(), CatalogError> {
+        let file = TopicFile { id: self.id, partitions: self.partition_count() as u32, config: self.config() };
+        let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+        write_synced(&self.dir.join("topic.json"), &json)?;
+        Ok(())
+    }
+
+    fn open_partitions(&self, count: usize) -> Result<(), CatalogError> {
+        let mut parts = self.partitions.write();
+        while parts.len() < count {
+            let p = Partition::open(&self.dir.join(parts.len().to_string()))?;
+            parts.push(Arc::new(p));
+        }
+        Ok(())
+    }
+}
+
+pub struct Catalog {
+    root: PathBuf,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    cluster_id: String,
+    producer_ids: ProducerIdAllocator,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ClusterFile {
+    cluster_id: String,
+}
+
+impl Catalog {
+    /// Opens the catalog under `data_dir`, recovering every partition.
+    pub fn open(data_dir: &Path) -> Result<Catalog, CatalogError> {
+        let topics_dir = data_dir.join("topics");
+        std::fs::create_dir_all(&topics_dir)?;
+        std::fs::create_dir_all(data_dir.join("deleted"))?;
+        let cluster_path = data_dir.join("cluster.json");
+        let cluster_id = match std::fs::read(&cluster_path).ok().and_then(|b| serde_json::from_slice::<ClusterFile>(&b).ok()) {
+            Some(c) => c.cluster_id,
+            None => {
+                let id = base64_uuid(Uuid::new_v4());
+                let json = serde_json::to_vec(&ClusterFile { cluster_id: id.clone() }).map_err(std::io::Error::other)?;
+                write_synced(&cluster_path, &json)?;
+                id
+            }
+        };
+        let mut topics = HashMap::new();
+        for entry in std::fs::read_dir(&topics_dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(bytes) = std::fs::read(entry.path().join("topic.json")) else {
+                tracing::warn!(dir = %entry.path().display(), "ignoring topic directory without topic.json");
+                continue;
+            };
+            let file: TopicFile = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+            let topic = Topic {
+                name: name.clone(),
+                id: file.id,
+                dir: entry.path(),
+                config: RwLock::new(file.config),
+                partitions: RwLock::new(Vec::new()),
+            };
+            topic.open_partitions(file.partitions as usize)?;
+            topics.insert(name, Arc::new(topic));
+        }
+        let max_seen = topics.values().flat_map(|t| t.partitions()).filter_map(|p| p.max_producer_id()).max();
+        let producer_ids = ProducerIdAllocator::open(&data_dir.join("producer-ids"), max_seen)?;
+        // Leftovers of deletions a crash interrupted.
+        let _ = std::fs::remove_dir_all(data_dir.join("deleted"));
+        std::fs::create_dir_all(data_dir.join("deleted"))?;
+        Ok(Catalog { root: data_dir.to_path_buf(), topics: RwLock::new(topics), cluster_id, producer_ids })
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics.read().values().find(|t| t.id == id).cloned()
+    }
+
+    /// All topics, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut v: Vec<_> = self.topics.read().values().cloned().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    pub fn allocate_producer_id(&self) -> Result<i64, CatalogError> {
+        Ok(self.producer_ids.allocate()?)
+    }
+
+    /// Checks that a topic could be created (name, partitions, replication, configs).
+    pub fn validate_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        config: &[(&str, Option<&str>)],
+    ) -> Result<TopicConfig, CatalogError> {
+        validate_topic_name(name)?;
+        if self.topics.read().contains_key(name) {
+            return Err(CatalogError::TopicExists(name.to_string()));
+        }
+        if partitions <= 0 {
+            return Err(CatalogError::InvalidPartitions("Number of partitions must be larger than 0.".into()));
+        }
+        if replication_factor == 0 || replication_factor < -1 {
+            return Err(CatalogError::InvalidReplicationFactor("Replication factor must be larger than 0.".into()));
+        }
+        if replication_factor > 1 {
+            return Err(CatalogError::InvalidReplicationFactor(format!(
+                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+            )));
+        }
+        TopicConfig::from_pairs(config.iter().copied()).map_err(CatalogError::InvalidConfig)
+    }
+
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        config: &[(&str, Option<&str>)],
+    ) -> Result<Arc<Topic>, CatalogError> {
+        let config = self.validate_new_topic(name, partitions, replication_factor, config)?;
+        let mut topics = self.topics.write();
+        if topics.contains_key(name) {
+            return Err(CatalogError::TopicExists(name.to_string()));
+        }
+        let dir = self.root.join("topics").join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let topic = Topic {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            dir,
+            config: RwLock::new(config),
+            partitions: RwLock::new(Vec::new()),
+        };
+        topic.open_partitions(partitions as usize)?;
+        topic.persist()?;
+        crate::log::segment::sync_dir(&self.root.join("topics"))?;
+        let topic = Arc::new(topic);
+        topics.insert(name.to_string(), topic.clone());
+        tracing::info!(topic = name, partitions, "created topic");
+        Ok(topic)
+    }
+
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, CatalogError> {
+        let topic = self.topics.write().remove(name).ok_or(CatalogError::UnknownTopic)?;
+        let graveyard = self.root.join("deleted").join(format!("{}-{}", topic.name, topic.id));
+        std::fs::rename(&topic.dir, &graveyard)?;
+        crate::log::segment::sync_dir(&self.root.join("topics"))?;
+        std::thread::spawn(move || {
+            if let Err(e) = std::fs::remove_dir_all(&graveyard) {
+                tracing::warn!(dir = %graveyard.display(), error = %e, "could not remove deleted topic");
+            }
+        });
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic.id)
+    }
+
+    /// Grows a topic to `count` partitions (Kafka never shrinks them).
+    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), CatalogError> {
+        let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
+        let current = topic.partition_count() as i32;
+        if count < current {
+            return Err(CatalogError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than the requested {count}."
+            )));
+        }
+        if count == current {
+            return Err(CatalogError::InvalidPartitions(format!("Topic already has {current} partitions.")));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        topic.open_partitions(count as usize)?;
+        topic.persist()
+    }
+
+    /// Applies config changes: `Some` sets, `None` deletes. With `replace`,
+    /// every override not named is removed (legacy AlterConfigs).
+    pub fn alter_config(
+        &self,
+        name: &str,
+        changes: &[(&str, Option<&str>)],
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), CatalogError> {
+        let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
+        let mut next = if replace { TopicConfig::default() } else { topic.config() };
+        for (k, v) in changes {
+            next.set(k, *v).map_err(CatalogError::InvalidConfig)?;
+        }
+        if validate_only {
+            return Ok(());
+        }
+        *topic.config.write() = next;
+        topic.persist()
+    }
+
+    /// Every partition of every topic (for background flushing and shutdown).
+    pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics.read().values().flat_map(|t| t.partitions()).collect()
+    }
+}
+
+/// Kafka prints cluster ids as URL-safe base64 of a UUID without padding.
+fn base64_uuid(id: Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = id.as_bytes();
+    let mut out = String::new();
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for &b in bytes {
+        acc = (acc << 8) | b as u32;
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((acc << (6 - bits)) & 63) as usize] as char);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        for bad in ["", ".", "..", "a/b", "sp ace", &"x".repeat(250)] {
+            assert!(matches!(validate_topic_name(bad), Err(CatalogError::InvalidTopic(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn topics_survive_reopen_and_deletion_is_final() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = Catalog::open(dir.path()).unwrap();
+        let t = cat.create_topic("a", 2, 1, &[("retention.ms", Some("1000"))]).unwrap();
+        let id = t.id();
+        assert!(matches!(cat.create_topic("a", 1, 1, &[]), Err(CatalogError::TopicExists(_))));
+        cat.create_partitions("a", 4, false).unwrap();
+        cat.create_topic("b", 1, 1, &[]).unwrap();
+        cat.delete_topic("b").unwrap();
+        let cluster = cat.cluster_id().to_string();
+        drop(cat);
+        let cat = Catalog::open(dir.path()).unwrap();
+        let t = cat.topic("a").unwrap();
+        assert_eq!((t.id(), t.partition_count()), (id, 4));
+        assert_eq!(t.config().get("retention.ms"), Some(("1000", true)));
+        assert!(cat.topic("b").is_none());
+        assert_eq!(cat.cluster_id(), cluster);
+        assert_eq!(cluster.len(), 22);
+    }
+}

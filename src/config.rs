@@ -1,0 +1,86 @@
+//! Broker settings, from flags or `STRATA_*` environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// When appended data is fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FsyncPolicy {
+    /// Before acknowledging an acks=all (-1) produce request; group-committed.
+    Always,
+    /// Every `--fsync-interval-ms`, in the background.
+    Interval,
+    /// Never explicitly (only when segments seal and at shutdown).
+    None,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BrokerConfig {
+    /// Address to listen on.
+    #[arg(long, env = "STRATA_LISTEN", default_value = "0.0.0.0:9092")]
+    pub listen: SocketAddr,
+
+    /// host:port that clients are told to connect to (default: the listen
+    /// address, with 0.0.0.0 replaced by localhost).
+    #[arg(long, env = "STRATA_ADVERTISED_LISTENER")]
+    pub advertised_listener: Option<String>,
+
+    /// Directory holding the log and metadata.
+    #[arg(long, env = "STRATA_DATA_DIR", default_value = "./strata-data")]
+    pub data_dir: PathBuf,
+
+    /// This broker's node id.
+    #[arg(long, env = "STRATA_NODE_ID", default_value_t = 1)]
+    pub node_id: i32,
+
+    /// Partitions of a topic created without a count (num.partitions).
+    #[arg(long, env = "STRATA_NUM_PARTITIONS", default_value_t = 1)]
+    pub num_partitions: i32,
+
+    /// Create unknown topics when a client asks for their metadata (auto.create.topics.enable).
+    #[arg(long, env = "STRATA_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+
+    /// When to fsync appended data.
+    #[arg(long, env = "STRATA_FSYNC", value_enum, default_value_t = FsyncPolicy::Always)]
+    pub fsync: FsyncPolicy,
+
+    /// Interval for `--fsync interval`.
+    #[arg(long, env = "STRATA_FSYNC_INTERVAL_MS", default_value_t = 1000)]
+    pub fsync_interval_ms: u64,
+
+    /// Largest request frame accepted (socket.request.max.bytes).
+    #[arg(long, env = "STRATA_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
+    pub max_request_bytes: usize,
+
+    /// Log filter (error, warn, info, debug, trace or a tracing directive).
+    #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Benchmark baseline: acknowledge produce requests without storing them.
+    #[arg(long, hide = true)]
+    pub null_sink: bool,
+}
+
+impl BrokerConfig {
+    /// The advertised (host, port).
+    pub fn advertised(&self) -> (String, i32) {
+        if let Some(adv) = &self.advertised_listener {
+            if let Some((host, port)) = adv.rsplit_once(':') {
+                if let Ok(port) = port.parse() {
+                    return (host.trim_matches(['[', ']']).to_string(), port);
+                }
+            }
+            return (adv.clone(), self.listen.port() as i32);
+        }
+        let host = if self.listen.ip().is_unspecified() { "localhost".to_string() } else { self.listen.ip().to_string() };
+        (host, self.listen.port() as i32)
+    }
+
+    pub fn fsync_interval(&self) -> Duration {
+        Duration::from_millis(self.fsync_interval_ms.max(1))
+    }
+}

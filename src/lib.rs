@@ -1,0 +1,14 @@
+//! Strata: a Kafka-wire-compatible message broker whose log settles into
+//! object storage in levels.
+//!
+//! Layers, outermost first: `server` (sockets, framing, in-order responses),
+//! `api` (one module per Kafka API family, mapping errors to Kafka codes),
+//! `catalog` (topics, configs, producer ids), `log` (segments on disk).
+//! Each layer talks to the next through narrow types: the API layer never
+//! touches files, the log never sees a socket or a protocol message.
+
+pub mod api;
+pub mod catalog;
+pub mod config;
+pub mod log;
+pub mod server;

@@ -1,0 +1,259 @@
+//! Record batches (magic 2) as opaque byte ranges.
+//!
+//! The broker never decodes records on the produce or fetch path: it reads the
+//! fixed 61-byte batch header, checks the CRC, and rewrites the few header
+//! fields the leader owns (base offset, partition leader epoch and, for
+//! LogAppendTime topics, the max timestamp). Everything after the header is
+//! stored and served exactly as the producer sent it, whatever its codec.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::LogError;
+
+/// Size of the record batch header up to and including `recordCount`.
+pub const HEADER_LEN: usize = 61;
+/// Bytes before `batchLength` counts: baseOffset (8) + batchLength (4).
+pub const LOG_OVERHEAD: usize = 12;
+
+const LEADER_EPOCH_OFFSET: usize = 12;
+const CRC_OFFSET: usize = 17;
+const ATTRIBUTES_OFFSET: usize = 21;
+const MAX_TIMESTAMP_OFFSET: usize = 35;
+
+const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+const TRANSACTIONAL_BIT: i16 = 1 << 4;
+const CONTROL_BIT: i16 = 1 << 5;
+
+/// The header fields of one batch, read without touching the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// Size of the whole batch in bytes, header included.
+    pub size: usize,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+impl BatchHeader {
+    /// Parses the header at the start of `buf`. Returns `None` when `buf` is
+    /// shorter than a header; checks only what the header itself can tell.
+    pub fn parse(buf: &[u8]) -> Result<Option<BatchHeader>, LogError> {
+        if buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let mut b = buf;
+        let base_offset = b.get_i64();
+        let batch_length = b.get_i32();
+        let _leader_epoch = b.get_i32();
+        let magic = b.get_i8();
+        let crc = b.get_u32();
+        let attributes = b.get_i16();
+        let last_offset_delta = b.get_i32();
+        let base_timestamp = b.get_i64();
+        let max_timestamp = b.get_i64();
+        let producer_id = b.get_i64();
+        let producer_epoch = b.get_i16();
+        let base_sequence = b.get_i32();
+        let record_count = b.get_i32();
+        if magic != 2 {
+            return Err(LogError::UnsupportedMagic(magic));
+        }
+        if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
+            return Err(LogError::Corrupt(format!("batch length {batch_length} is shorter than a header")));
+        }
+        Ok(Some(BatchHeader {
+            base_offset,
+            size: LOG_OVERHEAD + batch_length as usize,
+            magic,
+            crc,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        }))
+    }
+
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+
+    /// Sequence number of the last record in the batch (sequences wrap at i32::MAX).
+    pub fn last_sequence(&self) -> i32 {
+        if self.base_sequence < 0 {
+            return self.base_sequence;
+        }
+        let last = self.base_sequence as i64 + self.last_offset_delta as i64;
+        (last % (i32::MAX as i64 + 1)) as i32
+    }
+}
+
+/// CRC-32C over everything the batch CRC covers (attributes to the end).
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..])
+}
+
+/// Validates one whole batch as received from a producer: structure, CRC and
+/// the invariants a freshly produced batch must satisfy.
+pub fn validate_produced(batch: &[u8]) -> Result<BatchHeader, LogError> {
+    let header = BatchHeader::parse(batch)?.ok_or_else(|| LogError::Corrupt("truncated batch header".into()))?;
+    if header.size != batch.len() {
+        return Err(LogError::Corrupt(format!(
+            "batch length field says {} bytes but {} were sent",
+            header.size,
+            batch.len()
+        )));
+    }
+    if compute_crc(batch) != header.crc {
+        return Err(LogError::Corrupt("record batch CRC mismatch".into()));
+    }
+    if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
+        return Err(LogError::InvalidRecord(format!(
+            "batch has {} records but last offset delta {}",
+            header.record_count, header.last_offset_delta
+        )));
+    }
+    if header.is_control() {
+        return Err(LogError::InvalidRecord("producers may not write control batches".into()));
+    }
+    Ok(header)
+}
+
+/// Splits `buf` into the sizes of the whole, well-formed batches at its start
+/// (header sanity only). Stops at the first incomplete or malformed batch.
+pub fn whole_batches_len(buf: &[u8]) -> usize {
+    let mut pos = 0;
+    while let Ok(Some(h)) = BatchHeader::parse(&buf[pos..]) {
+        if pos + h.size > buf.len() {
+            break;
+        }
+        pos += h.size;
+    }
+    pos
+}
+
+/// Copies a validated batch, stamping the leader-owned header fields.
+/// Only a LogAppendTime stamp changes CRC-covered bytes, so only then is the
+/// CRC recomputed; the records themselves are never re-encoded.
+pub fn stamp(batch: &[u8], base_offset: i64, leader_epoch: i32, log_append_time: Option<i64>) -> Bytes {
+    let mut out = BytesMut::with_capacity(batch.len());
+    out.extend_from_slice(batch);
+    (&mut out[0..8]).put_i64(base_offset);
+    (&mut out[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4]).put_i32(leader_epoch);
+    if let Some(now) = log_append_time {
+        let attrs = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]]) | TIMESTAMP_TYPE_BIT;
+        (&mut out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2]).put_i16(attrs);
+        (&mut out[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]).put_i64(now);
+        let crc = compute_crc(&out);
+        (&mut out[CRC_OFFSET..CRC_OFFSET + 4]).put_u32(crc);
+    }
+    out.freeze()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Builds a minimal valid batch with `count` empty-bodied records for tests.
+    pub fn make_batch(count: i32, producer_id: i64, epoch: i16, base_sequence: i32, ts: i64) -> Vec<u8> {
+        let mut records = Vec::new();
+        for i in 0..count {
+            // length, attributes, timestampDelta, offsetDelta, keyLen(-1), valueLen(1) 'x', headers 0
+            let body = [0u8, 0, (i as u8) << 1, 1, 2, b'x', 0];
+            records.push((body.len() as u8) << 1);
+            records.extend_from_slice(&body);
+        }
+        let mut b = Vec::new();
+        b.put_i64(0);
+        b.put_i32((HEADER_LEN - LOG_OVERHEAD + records.len()) as i32);
+        b.put_i32(-1);
+        b.put_i8(2);
+        b.put_u32(0);
+        b.put_i16(0);
+        b.put_i32(count - 1);
+        b.put_i64(ts);
+        b.put_i64(ts);
+        b.put_i64(producer_id);
+        b.put_i16(epoch);
+        b.put_i32(base_sequence);
+        b.put_i32(count);
+        b.extend_from_slice(&records);
+        let crc = compute_crc(&b);
+        (&mut b[CRC_OFFSET..CRC_OFFSET + 4]).put_u32(crc);
+        b
+    }
+
+    #[test]
+    fn parses_and_validates() {
+        let b = make_batch(3, 7, 1, 10, 1000);
+        let h = validate_produced(&b).unwrap();
+        assert_eq!(h.record_count, 3);
+        assert_eq!(h.last_sequence(), 12);
+        assert_eq!(h.producer_id, 7);
+        assert_eq!(h.size, b.len());
+    }
+
+    #[test]
+    fn rejects_corrupt_crc() {
+        let mut b = make_batch(1, -1, -1, -1, 0);
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        assert!(matches!(validate_produced(&b), Err(LogError::Corrupt(_))));
+    }
+
+    #[test]
+    fn stamping_offset_keeps_crc_and_log_append_time_recomputes_it() {
+        let b = make_batch(2, -1, -1, -1, 5);
+        let s = stamp(&b, 42, 0, None);
+        let h = BatchHeader::parse(&s).unwrap().unwrap();
+        assert_eq!(h.base_offset, 42);
+        assert_eq!(compute_crc(&s), h.crc);
+        let s = stamp(&b, 42, 0, Some(99));
+        let h = BatchHeader::parse(&s).unwrap().unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 99);
+        assert_eq!(compute_crc(&s), h.crc);
+    }
+
+    #[test]
+    fn sequence_wraps() {
+        let b = make_batch(3, 1, 0, i32::MAX - 1, 0);
+        let h = BatchHeader::parse(&b).unwrap().unwrap();
+        assert_eq!(h.last_sequence(), 1);
+    }
+
+    #[test]
+    fn whole_batches_stops_at_partial() {
+        let mut buf = make_batch(1, -1, -1, -1, 0);
+        let one = buf.len();
+        buf.extend_from_slice(&make_batch(1, -1, -1, -1, 0)[..10]);
+        assert_eq!(whole_batches_len(&buf), one);
+    }
+}

@@ -1,0 +1,41 @@
+//! The partition log: whole record batches in segments on local disk.
+//!
+//! Only the newest segment of a partition accepts appends; a segment that
+//! rolls is sealed (fsynced, indexes written, descriptor written last) and
+//! never changes again. The log validates and stamps batches but never decodes
+//! records, except to answer a by-timestamp lookup inside a single batch.
+
+pub mod batch;
+pub mod index;
+pub mod partition;
+pub mod producer_state;
+pub mod segment;
+
+pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("storage I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("unsupported record batch magic {0}; only magic 2 is accepted")]
+    UnsupportedMagic(i8),
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: usize },
+    #[error("offset {offset} is outside the log [{start}, {end}]")]
+    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+    #[error("producer {producer_id}: expected sequence {expected}, received {received}")]
+    OutOfOrderSequence { producer_id: i64, expected: i32, received: i32 },
+    #[error("producer {producer_id}: epoch {epoch} is older than current epoch {current}")]
+    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
+    #[error("transactional batches are not supported")]
+    TransactionsUnsupported,
+}
+
+/// Wall-clock milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

@@ -1,0 +1,458 @@
+//! A partition: an ordered set of segments, the producer state, and the
+//! bookkeeping that makes appends durable.
+//!
+//! Appends, rolls and offset assignment happen under one short lock. Reads
+//! take a view of the segment under the lock and do their I/O outside it.
+//! Durability is group-committed: a producer that needs its batch on disk
+//! waits until some fsync covering its offset finished; whoever gets the sync
+//! lock first syncs for everyone queued behind it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::batch::{self, BatchHeader};
+use super::index::write_synced;
+use super::producer_state::{ProducerStates, SequenceCheck};
+use super::segment::{Segment, SegmentMeta};
+use super::{now_ms, LogError};
+
+/// A single broker is the leader of every partition, always in epoch 0.
+pub const LEADER_EPOCH: i32 = 0;
+const LOG_START_FILE: &str = "log-start-offset";
+
+/// The topic configuration an append needs.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendConfig {
+    pub max_message_bytes: usize,
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub log_append_time: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker's timestamp for LogAppendTime topics, else -1.
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+    /// The batch was a retry of one already in the log.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchSlice {
+    /// Whole batches starting at or before the fetch offset.
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+pub struct Partition {
+    dir: PathBuf,
+    state: Mutex<State>,
+    end_offset: watch::Sender<i64>,
+    durable: watch::Sender<i64>,
+    sync_lock: tokio::sync::Mutex<()>,
+}
+
+struct State {
+    /// By base offset; the last one is the active segment.
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    producers: ProducerStates,
+}
+
+impl State {
+    fn active(&self) -> &Segment {
+        self.segments.values().next_back().expect("a partition always has an active segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.values_mut().next_back().expect("a partition always has an active segment")
+    }
+    fn end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+    /// The segment holding `offset`, or the next one after a gap.
+    fn segment_for(&self, offset: i64) -> Option<&Segment> {
+        if let Some((_, s)) = self.segments.range(..=offset).next_back() {
+            if s.next_offset() > offset {
+                return Some(s);
+            }
+        }
+        self.segments.range(offset + 1..).next().map(|(_, s)| s)
+    }
+}
+
+impl Partition {
+    /// Opens (or creates) the partition in `dir`, recovering the active
+    /// segment and rebuilding the producer state from batch headers.
+    pub fn open(dir: &Path) -> Result<Partition, LogError> {
+        std::fs::create_dir_all(dir)?;
+        let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(base) = name.strip_suffix(".log").and_then(|b| b.parse::<i64>().ok()) {
+                bases.push(base);
+            } else if name.ends_with(".tmp") {
+                std::fs::remove_file(dir.join(&*name))?;
+            }
+        }
+        bases.sort_unstable();
+        let now = now_ms();
+        let mut segments = BTreeMap::new();
+        let last = bases.last().copied();
+        for base in bases {
+            let mut seg = Segment::open(dir, base, now)?;
+            if seg.meta().is_none() && Some(base) != last {
+                // A crash interrupted sealing: the data is complete (the next
+                // segment exists only after this one was synced), so finish it.
+                seg.seal(now)?;
+            }
+            segments.insert(base, seg);
+        }
+        if segments.is_empty() {
+            segments.insert(log_start_offset, Segment::create(dir, log_start_offset, now)?);
+        }
+        let mut producers = ProducerStates::default();
+        for seg in segments.values() {
+            seg.reader().scan(0, |loc| {
+                producers.record(&loc.header);
+                true
+            })?;
+        }
+        let state = State { segments, log_start_offset, producers };
+        let end = state.end_offset();
+        Ok(Partition {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(state),
+            end_offset: watch::Sender::new(end),
+            durable: watch::Sender::new(end),
+            sync_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Validates, stamps and appends one batch as produced by a client.
+    pub fn append(&self, raw: &[u8], cfg: &AppendConfig) -> Result<AppendOutcome, LogError> {
+        let header = batch::validate_produced(raw)?;
+        if raw.len() > cfg.max_message_bytes {
+            return Err(LogError::MessageTooLarge { size: raw.len(), max: cfg.max_message_bytes });
+        }
+        if header.is_transactional() {
+            return Err(LogError::TransactionsUnsupported);
+        }
+        let mut st = self.state.lock();
+        if let SequenceCheck::Duplicate(m) = st.producers.check(&header)? {
+            return Ok(AppendOutcome {
+                base_offset: m.first_offset,
+                last_offset: m.last_offset,
+                log_append_time: if cfg.log_append_time { m.max_timestamp } else { -1 },
+                log_start_offset: st.log_start_offset,
+                duplicate: true,
+            });
+        }
+        let now = now_ms();
+        self.maybe_roll(&mut st, cfg, raw.len(), now)?;
+        let base_offset = st.end_offset();
+        let append_time = cfg.log_append_time.then_some(now);
+        let stamped = batch::stamp(raw, base_offset, LEADER_EPOCH, append_time);
+        let stamped_header = BatchHeader {
+            base_offset,
+            max_timestamp: append_time.unwrap_or(header.max_timestamp),
+            ..header
+        };
+        st.active_mut().append(&stamped, &stamped_header, now)?;
+        st.producers.record(&stamped_header);
+        let log_start_offset = st.log_start_offset;
+        drop(st);
+        let last_offset = stamped_header.last_offset();
+        self.end_offset.send_replace(last_offset + 1);
+        Ok(AppendOutcome {
+            base_offset,
+            last_offset,
+            log_append_time: append_time.unwrap_or(-1),
+            log_start_offset,
+            duplicate: false,
+        })
+    }
+
+    fn maybe_roll(&self, st: &mut State, cfg: &AppendConfig, incoming: usize, now: i64) -> Result<(), LogError> {
+        let active = st.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let too_big = active.size() + incoming as u64 > cfg.segment_bytes;
+        let too_old = now - active.created_ms() >= cfg.segment_ms;
+        // Index entries hold 32-bit relative offsets.
+        let offsets_full = active.next_offset() - active.base_offset() > (u32::MAX / 2) as i64;
+        if !(too_big || too_old || offsets_full) {
+            return Ok(());
+        }
+        let next = active.next_offset();
+        st.active_mut().seal(now)?;
+        st.segments.insert(next, Segment::create(&self.dir, next, now)?);
+        tracing::debug!(dir = %self.dir.display(), base_offset = next, "rolled segment");
+        Ok(())
+    }
+
+    /// Reads whole batches from `offset` on, at most `max_bytes` unless
+    /// `min_one` asks for the first batch whatever its size (KIP-74).
+    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<FetchSlice, LogError> {
+        let (reader, position, high_watermark, log_start_offset) = {
+            let st = self.state.lock();
+            let (start, end) = (st.log_start_offset, st.end_offset());
+            if offset < start || offset > end {
+                return Err(LogError::OffsetOutOfRange { offset, start, end });
+            }
+            let seg = (offset < end).then(|| st.segment_for(offset)).flatten();
+            match seg {
+                Some(seg) => (Some(seg.reader()), seg.index_position(offset), end, start),
+                None => (None, 0, end, start),
+            }
+        };
+        let mut records = Bytes::new();
+        if let Some(reader) = reader {
+            if let Some(loc) = reader.locate(position, offset)? {
+                let data = reader.read_at(loc.position, max_bytes)?;
+                let whole = batch::whole_batches_len(&data);
+                records = if whole > 0 {
+                    data.slice(..whole)
+                } else if min_one {
+                    reader.read_at(loc.position, loc.header.size)?
+                } else {
+                    Bytes::new()
+                };
+            }
+        }
+        Ok(FetchSlice { records, high_watermark, log_start_offset })
+    }
+
+    /// The first record (offset, timestamp) with a timestamp at or after `timestamp`.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let (reader, position, start) = {
+            let st = self.state.lock();
+            let start = st.log_start_offset;
+            let Some(seg) = st.segments.values().find(|s| s.next_offset() > start && s.max_timestamp() >= timestamp)
+            else {
+                return Ok(None);
+            };
+            (seg.reader(), seg.time_index_position(timestamp), start)
+        };
+        let mut pos = position;
+        loop {
+            let Some(loc) = reader.locate_time(pos, timestamp)? else { return Ok(None) };
+            if loc.header.last_offset() >= start {
+                let found = first_record(&reader.read_at(loc.position, loc.header.size)?, &loc.header, |o, ts| {
+                    o >= start && ts >= timestamp
+                })?;
+                if found.is_some() {
+                    return Ok(found);
+                }
+            }
+            pos = loc.position + loc.header.size as u64;
+        }
+    }
+
+    /// The (offset, timestamp) of the first record with the largest timestamp.
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let (reader, position, max_ts) = {
+            let st = self.state.lock();
+            let start = st.log_start_offset;
+            let mut best: Option<&Segment> = None;
+            for s in st.segments.values().filter(|s| s.next_offset() > start && !s.is_empty()) {
+                if best.is_none_or(|b| s.max_timestamp() > b.max_timestamp()) {
+                    best = Some(s);
+                }
+            }
+            let Some(seg) = best else { return Ok(None) };
+            (seg.reader(), seg.max_timestamp_position(), seg.max_timestamp())
+        };
+        let Some(loc) = reader.locate(position, i64::MIN)? else { return Ok(None) };
+        first_record(&reader.read_at(loc.position, loc.header.size)?, &loc.header, |_, ts| ts == max_ts)
+    }
+
+    /// Moves the log start offset forward (DeleteRecords); `offset` -1 means
+    /// the high watermark. Whole segments below it are deleted.
+    pub fn delete_records(&self, offset: i64) -> Result<i64, LogError> {
+        let mut st = self.state.lock();
+        let (start, end) = (st.log_start_offset, st.end_offset());
+        let target = if offset == -1 { end } else { offset };
+        if target < 0 || target > end {
+            return Err(LogError::OffsetOutOfRange { offset, start, end });
+        }
+        if target <= start {
+            return Ok(start);
+        }
+        write_synced(&self.dir.join(LOG_START_FILE), target.to_string().as_bytes())?;
+        st.log_start_offset = target;
+        let active_base = st.active().base_offset();
+        let doomed: Vec<i64> =
+            st.segments.values().filter(|s| s.next_offset() <= target && s.base_offset() != active_base).map(|s| s.base_offset()).collect();
+        for base in doomed {
+            if let Some(seg) = st.segments.remove(&base) {
+                seg.delete_files()?;
+            }
+        }
+        Ok(target)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.state.lock().log_start_offset
+    }
+
+    pub fn end_offset(&self) -> i64 {
+        *self.end_offset.borrow()
+    }
+
+    /// Notified with the new end offset after every append (fetch long-polls on it).
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.end_offset.subscribe()
+    }
+
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.state.lock().producers.max_producer_id()
+    }
+
+    /// Descriptors of the sealed segments, oldest first.
+    pub fn sealed_segments(&self) -> Vec<SegmentMeta> {
+        self.state.lock().segments.values().filter_map(|s| s.meta().cloned()).collect()
+    }
+
+    /// Waits until every offset below `end` is on disk, syncing if nobody else is.
+    pub async fn wait_durable(&self, end: i64) -> Result<(), LogError> {
+        loop {
+            if *self.durable.borrow() >= end {
+                return Ok(());
+            }
+            let _guard = self.sync_lock.lock().await;
+            if *self.durable.borrow() >= end {
+                return Ok(());
+            }
+            self.sync_now().await?;
+        }
+    }
+
+    /// Syncs everything appended so far; a no-op when nothing is pending.
+    pub async fn sync(&self) -> Result<(), LogError> {
+        let end = self.end_offset();
+        self.wait_durable(end).await
+    }
+
+    async fn sync_now(&self) -> Result<(), LogError> {
+        let (file, end) = {
+            let st = self.state.lock();
+            (st.active().file(), st.end_offset())
+        };
+        // Rolled segments were synced when they sealed, so syncing the active
+        // file makes everything below `end` durable.
+        tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
+        self.durable.send_if_modified(|d| {
+            let advanced = end > *d;
+            *d = (*d).max(end);
+            advanced
+        });
+        Ok(())
+    }
+
+    /// Syncs the active segment from a blocking context (shutdown).
+    pub fn sync_blocking(&self) -> Result<(), LogError> {
+        let file = self.state.lock().active().file();
+        file.sync_data()?;
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
+fn first_record(
+    data: &Bytes,
+    header: &BatchHeader,
+    pred: impl Fn(i64, i64) -> bool,
+) -> Result<Option<(i64, i64)>, LogError> {
+    if header.is_log_append_time() {
+        // Every record of the batch carries the batch's max timestamp.
+        let ts = header.max_timestamp;
+        return Ok((header.base_offset..=header.last_offset()).find(|&o| pred(o, ts)).map(|o| (o, ts)));
+    }
+    let mut buf = data.clone();
+    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| LogError::Corrupt(format!("undecodable batch: {e}")))?;
+    Ok(set.records.iter().find(|r| pred(r.offset, r.timestamp)).map(|r| (r.offset, r.timestamp)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::tests::make_batch;
+
+    fn cfg() -> AppendConfig {
+        AppendConfig { max_message_bytes: 1 << 20, segment_bytes: 1000, segment_ms: i64::MAX, log_append_time: false }
+    }
+
+    #[test]
+    fn appends_roll_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        for i in 0..50 {
+            let out = p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg()).unwrap();
+            assert_eq!(out.base_offset, i * 2);
+        }
+        assert!(p.sealed_segments().len() > 3);
+        let slice = p.read(33, 1 << 20, true).unwrap();
+        let first = BatchHeader::parse(&slice.records).unwrap().unwrap();
+        assert_eq!(first.base_offset, 32);
+        assert_eq!(p.offset_for_timestamp(1010).unwrap(), Some((20, 1010)));
+        assert_eq!(p.max_timestamp().unwrap(), Some((98, 1049)));
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.end_offset(), 100);
+        assert!(matches!(p.read(101, 100, true), Err(LogError::OffsetOutOfRange { .. })));
+        assert_eq!(p.delete_records(41).unwrap(), 41);
+        assert!(matches!(p.read(40, 100, true), Err(LogError::OffsetOutOfRange { .. })));
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.log_start_offset(), 41);
+    }
+
+    #[test]
+    fn idempotent_retry_is_not_appended_twice_even_after_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        let b = make_batch(3, 77, 0, 0, 1);
+        assert!(!p.append(&b, &cfg()).unwrap().duplicate);
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        let again = p.append(&b, &cfg()).unwrap();
+        assert!(again.duplicate);
+        assert_eq!(again.base_offset, 0);
+        assert_eq!(p.end_offset(), 3);
+        assert!(matches!(p.append(&make_batch(1, 77, 0, 9, 1), &cfg()), Err(LogError::OutOfOrderSequence { .. })));
+    }
+
+    #[test]
+    fn whole_batches_only_and_min_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        let b = make_batch(4, -1, -1, -1, 1);
+        p.append(&b, &cfg()).unwrap();
+        p.append(&b, &cfg()).unwrap();
+        assert_eq!(p.read(0, b.len() + 10, false).unwrap().records.len(), b.len());
+        assert_eq!(p.read(0, 10, false).unwrap().records.len(), 0);
+        assert_eq!(p.read(0, 10, true).unwrap().records.len(), b.len());
+        assert_eq!(p.read(8, 10, true).unwrap().records.len(), 0);
+    }
+}

@@ -1,0 +1,67 @@
+//! One client connection: a reader that decodes and dispatches requests in
+//! arrival order, and a writer that sends the replies in that same order.
+//!
+//! The reader runs each request's ordered part (appends) before reading the
+//! next, and hands the reply future to the writer through a bounded channel;
+//! the bound limits how many requests one client can have in flight, like
+//! Kafka's muting of a busy channel.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::frame::read_frame;
+use crate::api::{Broker, Reply};
+
+const MAX_IN_FLIGHT: usize = 64;
+
+pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
+    let peer = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let (read_half, write_half) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
+
+    let writer = tokio::spawn(async move {
+        let mut out = BufWriter::with_capacity(64 * 1024, write_half);
+        while let Some(reply) = rx.recv().await {
+            let Some(frame) = reply.await else {
+                break;
+            };
+            if !frame.is_empty() && out.write_all(&frame).await.is_err() {
+                break;
+            }
+            if rx.is_empty() && out.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = out.shutdown().await;
+    });
+
+    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+    loop {
+        let frame = match read_frame(&mut reader, max_frame).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::info!(?peer, error = %e, "closing connection");
+                break;
+            }
+        };
+        match broker.handle_frame(frame) {
+            Ok(reply) => {
+                if tx.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::info!(?peer, error = %e, "closing connection");
+                break;
+            }
+        }
+    }
+    // Replies already dispatched are still delivered before the socket closes.
+    drop(tx);
+    let _ = writer.await;
+}

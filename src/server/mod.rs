@@ -1,0 +1,110 @@
+//! The listener: accepts connections, runs background flushing, and shuts
+//! down cleanly (stop accepting, sync every partition).
+
+mod connection;
+pub mod frame;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::Broker;
+use crate::catalog::Catalog;
+use crate::config::{BrokerConfig, FsyncPolicy};
+
+pub struct Server {
+    local_addr: SocketAddr,
+    broker: Arc<Broker>,
+    stop: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+}
+
+impl Server {
+    /// Opens the data directory (recovering every partition) and starts listening.
+    pub async fn start(config: BrokerConfig) -> anyhow::Result<Server> {
+        let data_dir = config.data_dir.clone();
+        let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
+        let listener = TcpListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let (host, port) = match &config.advertised_listener {
+            Some(_) => config.advertised(),
+            None => {
+                let (host, _) = config.advertised();
+                (host, local_addr.port() as i32)
+            }
+        };
+        let broker = Arc::new(Broker::new(Arc::new(catalog), &config, host.clone(), port));
+        let (stop, stop_rx) = watch::channel(false);
+        if config.fsync == FsyncPolicy::Interval {
+            tokio::spawn(flush_periodically(broker.clone(), config.fsync_interval(), stop_rx.clone()));
+        }
+        let accept = tokio::spawn(accept_loop(listener, broker.clone(), config.max_request_bytes, stop_rx));
+        tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
+        Ok(Server { local_addr, broker, stop, accept })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Runs until the accept loop ends (it only ends on shutdown).
+    pub async fn wait(&self) -> anyhow::Result<()> {
+        let mut rx = self.stop.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+        Ok(())
+    }
+
+    /// Stops accepting connections and makes everything appended durable.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.send_replace(true);
+        self.accept.abort();
+        let catalog = self.broker.catalog.clone();
+        tokio::task::spawn_blocking(move || {
+            for p in catalog.all_partitions() {
+                if let Err(e) = p.sync_blocking() {
+                    tracing::error!(dir = %p.dir().display(), error = %e, "sync at shutdown failed");
+                }
+            }
+        })
+        .await?;
+        tracing::info!("shutdown complete");
+        Ok(())
+    }
+}
+
+async fn accept_loop(listener: TcpListener, broker: Arc<Broker>, max_frame: usize, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection::serve(stream, broker.clone(), max_frame));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn flush_periodically(broker: Arc<Broker>, every: std::time::Duration, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                for p in broker.catalog.all_partitions() {
+                    if let Err(e) = p.sync().await {
+                        tracing::error!(dir = %p.dir().display(), error = %e, "background fsync failed");
+                    }
+                }
+            }
+        }
+    }
+}
