@@ -76,7 +76,11 @@ impl BrokerConfig {
             }
             return (adv.clone(), self.listen.port() as i32);
         }
-        let host = if self.listen.ip().is_unspecified() { "localhost".to_string() } else { self.listen.ip().to_string() };
+        let host = if self.listen.ip().is_unspecified() {
+            "localhost".to_string()
+        } else {
+            self.listen.ip().to_string()
+        };
         (host, self.listen.port() as i32)
     }
 

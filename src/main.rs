@@ -21,9 +21,15 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(config) => {
-            let filter = EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-            tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let filter =
+                EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .init();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(async {
                 let server = strata::server::Server::start(config).await?;
                 tokio::select! {
@@ -39,7 +45,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}

@@ -39,12 +39,18 @@ struct Entry {
     read_only: bool,
 }
 
-pub fn describe_configs(broker: &Broker, req: DescribeConfigsRequest, version: i16) -> DescribeConfigsResponse {
+pub fn describe_configs(
+    broker: &Broker,
+    req: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
     let results = req
         .resources
         .into_iter()
         .map(|r| {
-            let result = DescribeConfigsResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name.clone());
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
             let entries = match r.resource_type {
                 RESOURCE_TOPIC => match broker.catalog.topic(r.resource_name.as_str()) {
                     Some(t) => Ok(topic_entries(&t.config())),
@@ -56,7 +62,9 @@ pub fn describe_configs(broker: &Broker, req: DescribeConfigsRequest, version: i
             let entries = match entries {
                 Ok(e) => e,
                 Err(code) => {
-                    return result.with_error_code(code.code()).with_error_message(Some(StrBytes::from_string(code.to_string())))
+                    return result
+                        .with_error_code(code.code())
+                        .with_error_message(Some(StrBytes::from_string(code.to_string())))
                 }
             };
             let wanted = r.configuration_keys.as_ref();
@@ -99,7 +107,11 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
             Some(Entry {
                 name: d.name.to_string(),
                 value: value.to_string(),
-                source: if is_override { CONFIG_SOURCE_TOPIC } else { CONFIG_SOURCE_DEFAULT },
+                source: if is_override {
+                    CONFIG_SOURCE_TOPIC
+                } else {
+                    CONFIG_SOURCE_DEFAULT
+                },
                 kind: d.kind,
                 doc: d.doc,
                 read_only: false,
@@ -117,25 +129,59 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         doc: "",
         read_only: true,
     };
-    let default = |name: &str| definition(name).map(|d| d.default.to_string()).unwrap_or_default();
+    let default = |name: &str| {
+        definition(name)
+            .map(|d| d.default.to_string())
+            .unwrap_or_default()
+    };
     vec![
         entry("node.id", broker.node_id.to_string(), ConfigType::Int),
         entry("broker.id", broker.node_id.to_string(), ConfigType::Int),
-        entry("num.partitions", broker.num_partitions.to_string(), ConfigType::Int),
-        entry("auto.create.topics.enable", broker.auto_create_topics.to_string(), ConfigType::Boolean),
+        entry(
+            "num.partitions",
+            broker.num_partitions.to_string(),
+            ConfigType::Int,
+        ),
+        entry(
+            "auto.create.topics.enable",
+            broker.auto_create_topics.to_string(),
+            ConfigType::Boolean,
+        ),
         entry("default.replication.factor", "1".into(), ConfigType::Int),
-        entry("message.max.bytes", default("max.message.bytes"), ConfigType::Int),
-        entry("log.segment.bytes", default("segment.bytes"), ConfigType::Int),
-        entry("log.retention.ms", default("retention.ms"), ConfigType::Long),
-        entry("log.cleanup.policy", default("cleanup.policy"), ConfigType::List),
+        entry(
+            "message.max.bytes",
+            default("max.message.bytes"),
+            ConfigType::Int,
+        ),
+        entry(
+            "log.segment.bytes",
+            default("segment.bytes"),
+            ConfigType::Int,
+        ),
+        entry(
+            "log.retention.ms",
+            default("retention.ms"),
+            ConfigType::Long,
+        ),
+        entry(
+            "log.cleanup.policy",
+            default("cleanup.policy"),
+            ConfigType::List,
+        ),
     ]
 }
 
 fn not_a_topic(resource_type: i8) -> (i16, String) {
     if resource_type == RESOURCE_BROKER {
-        (ResponseError::InvalidRequest.code(), "Broker configs are read-only in Strata; set them with flags".into())
+        (
+            ResponseError::InvalidRequest.code(),
+            "Broker configs are read-only in Strata; set them with flags".into(),
+        )
     } else {
-        (ResponseError::InvalidRequest.code(), format!("Unsupported resource type {resource_type}"))
+        (
+            ResponseError::InvalidRequest.code(),
+            format!("Unsupported resource type {resource_type}"),
+        )
     }
 }
 
@@ -151,21 +197,34 @@ pub fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsR
             let result = if r.resource_type != RESOURCE_TOPIC {
                 Err(not_a_topic(r.resource_type))
             } else {
-                let changes: Vec<(&str, Option<&str>)> =
-                    r.configs.iter().map(|c| (c.name.as_str(), c.value.as_deref())).collect();
-                broker.catalog.alter_config(r.resource_name.as_str(), &changes, true, req.validate_only).map_err(error_pair)
+                let changes: Vec<(&str, Option<&str>)> = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.value.as_deref()))
+                    .collect();
+                broker
+                    .catalog
+                    .alter_config(r.resource_name.as_str(), &changes, true, req.validate_only)
+                    .map_err(error_pair)
             };
-            let resp = AlterConfigsResourceResponse::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
+            let resp = AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
             match result {
                 Ok(()) => resp,
-                Err((code, msg)) => resp.with_error_code(code).with_error_message(Some(StrBytes::from_string(msg))),
+                Err((code, msg)) => resp
+                    .with_error_code(code)
+                    .with_error_message(Some(StrBytes::from_string(msg))),
             }
         })
         .collect();
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-pub fn incremental_alter_configs(broker: &Broker, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+pub fn incremental_alter_configs(
+    broker: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
     let responses = req
         .resources
         .into_iter()
@@ -173,16 +232,32 @@ pub fn incremental_alter_configs(broker: &Broker, req: IncrementalAlterConfigsRe
             let result = if r.resource_type != RESOURCE_TOPIC {
                 Err(not_a_topic(r.resource_type))
             } else {
-                incremental_changes(broker, r.resource_name.as_str(), &r.configs).and_then(|changes| {
-                    let changes: Vec<(&str, Option<&str>)> =
-                        changes.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
-                    broker.catalog.alter_config(r.resource_name.as_str(), &changes, false, req.validate_only).map_err(error_pair)
-                })
+                incremental_changes(broker, r.resource_name.as_str(), &r.configs).and_then(
+                    |changes| {
+                        let changes: Vec<(&str, Option<&str>)> = changes
+                            .iter()
+                            .map(|(k, v)| (k.as_str(), v.as_deref()))
+                            .collect();
+                        broker
+                            .catalog
+                            .alter_config(
+                                r.resource_name.as_str(),
+                                &changes,
+                                false,
+                                req.validate_only,
+                            )
+                            .map_err(error_pair)
+                    },
+                )
             };
-            let resp = IncrementalResult::default().with_resource_type(r.resource_type).with_resource_name(r.resource_name);
+            let resp = IncrementalResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
             match result {
                 Ok(()) => resp,
-                Err((code, msg)) => resp.with_error_code(code).with_error_message(Some(StrBytes::from_string(msg))),
+                Err((code, msg)) => resp
+                    .with_error_code(code)
+                    .with_error_message(Some(StrBytes::from_string(msg))),
             }
         })
         .collect();
@@ -195,7 +270,11 @@ fn incremental_changes(
     topic: &str,
     ops: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
 ) -> Result<Vec<(String, Option<String>)>, (i16, String)> {
-    let current = broker.catalog.topic(topic).ok_or_else(|| error_pair(CatalogError::UnknownTopic))?.config();
+    let current = broker
+        .catalog
+        .topic(topic)
+        .ok_or_else(|| error_pair(CatalogError::UnknownTopic))?
+        .config();
     let invalid = |msg: String| (ResponseError::InvalidConfig.code(), msg);
     ops.iter()
         .map(|op| {
@@ -205,15 +284,28 @@ fn incremental_changes(
                 OP_SET => Ok((name, Some(value.unwrap_or_default()))),
                 OP_DELETE => Ok((name, None)),
                 OP_APPEND | OP_SUBTRACT => {
-                    let def = definition(&name).ok_or_else(|| invalid(format!("Unknown topic config name: {name}")))?;
+                    let def = definition(&name)
+                        .ok_or_else(|| invalid(format!("Unknown topic config name: {name}")))?;
                     if def.kind != ConfigType::List {
-                        return Err(invalid(format!("Config {name} is not a list; APPEND and SUBTRACT need one")));
+                        return Err(invalid(format!(
+                            "Config {name} is not a list; APPEND and SUBTRACT need one"
+                        )));
                     }
                     let mut items: Vec<String> = current
                         .get(&name)
-                        .map(|(v, _)| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                        .map(|(v, _)| {
+                            v.split(',')
+                                .map(|s| s.trim().to_string())
+                                .filter(|s| !s.is_empty())
+                                .collect()
+                        })
                         .unwrap_or_default();
-                    for item in value.unwrap_or_default().split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    for item in value
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                    {
                         if op.config_operation == OP_APPEND {
                             if !items.iter().any(|i| i == item) {
                                 items.push(item.to_string());

@@ -29,40 +29,65 @@ struct Wanted {
 
 pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
     if req.session_id != 0 {
-        return FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        return FetchResponse::default()
+            .with_error_code(ResponseError::FetchSessionIdNotFound.code());
     }
     let wanted: Vec<Wanted> = req
         .topics
         .into_iter()
         .map(|ft| {
             let topic: Result<Arc<Topic>, i16> = if version >= 13 {
-                broker.catalog.topic_by_id(ft.topic_id).ok_or(ResponseError::UnknownTopicId.code())
+                broker
+                    .catalog
+                    .topic_by_id(ft.topic_id)
+                    .ok_or(ResponseError::UnknownTopicId.code())
             } else {
-                broker.catalog.topic(ft.topic.0.as_str()).ok_or(ResponseError::UnknownTopicOrPartition.code())
+                broker
+                    .catalog
+                    .topic(ft.topic.0.as_str())
+                    .ok_or(ResponseError::UnknownTopicOrPartition.code())
             };
             let partitions = ft
                 .partitions
                 .into_iter()
                 .map(|fp| {
                     let p = match &topic {
-                        Ok(_) if fp.current_leader_epoch > 0 => Err(ResponseError::UnknownLeaderEpoch.code()),
-                        Ok(t) => t.partition(fp.partition).ok_or(ResponseError::UnknownTopicOrPartition.code()),
+                        Ok(_) if fp.current_leader_epoch > 0 => {
+                            Err(ResponseError::UnknownLeaderEpoch.code())
+                        }
+                        Ok(t) => t
+                            .partition(fp.partition)
+                            .ok_or(ResponseError::UnknownTopicOrPartition.code()),
                         Err(code) => Err(*code),
                     };
                     (fp.partition, fp.fetch_offset, fp.partition_max_bytes, p)
                 })
                 .collect();
-            Wanted { topic_name: ft.topic, topic_id: ft.topic_id, partitions }
+            Wanted {
+                topic_name: ft.topic,
+                topic_id: ft.topic_id,
+                partitions,
+            }
         })
         .collect();
 
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX as usize } else { req.max_bytes as usize };
+    let max_bytes = if req.max_bytes <= 0 {
+        i32::MAX as usize
+    } else {
+        req.max_bytes as usize
+    };
     loop {
         // Subscribe before reading so an append between the read and the wait is not missed.
-        let mut watches: Vec<watch::Receiver<i64>> =
-            wanted.iter().flat_map(|w| w.partitions.iter().filter_map(|(_, _, _, p)| p.as_ref().ok().map(|p| p.subscribe()))).collect();
+        let mut watches: Vec<watch::Receiver<i64>> = wanted
+            .iter()
+            .flat_map(|w| {
+                w.partitions
+                    .iter()
+                    .filter_map(|(_, _, _, p)| p.as_ref().ok().map(|p| p.subscribe()))
+            })
+            .collect();
         let (topics, bytes, errors) = read_all(&wanted, max_bytes, version);
         if bytes >= min_bytes || errors || watches.is_empty() || Instant::now() >= deadline {
             return FetchResponse::default().with_responses(topics);
@@ -77,7 +102,11 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
 
 /// One pass over every requested partition. Returns the topics, the bytes of
 /// records gathered and whether any partition failed.
-fn read_all(wanted: &[Wanted], max_bytes: usize, version: i16) -> (Vec<FetchableTopicResponse>, usize, bool) {
+fn read_all(
+    wanted: &[Wanted],
+    max_bytes: usize,
+    version: i16,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut total = 0usize;
     let mut any_error = false;
     let topics = wanted
@@ -92,7 +121,8 @@ fn read_all(wanted: &[Wanted], max_bytes: usize, version: i16) -> (Vec<Fetchable
                         let budget = (*partition_max).max(0) as usize;
                         let budget = budget.min(max_bytes.saturating_sub(total));
                         // KIP-74: the first batch of the response is returned whole, whatever its size.
-                        p.read(*offset, budget, total == 0).map_err(|e| log_error_code(&e))
+                        p.read(*offset, budget, total == 0)
+                            .map_err(|e| log_error_code(&e))
                     });
                     match result {
                         Ok(slice) => {

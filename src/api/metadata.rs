@@ -6,7 +6,8 @@ use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse, TopicName,
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -24,7 +25,11 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
     };
     let allow_auto_create = version < 4 || req.allow_auto_topic_creation;
     let topics = match requested {
-        None => catalog.topics().iter().map(|t| describe_topic(broker, t, version)).collect(),
+        None => catalog
+            .topics()
+            .iter()
+            .map(|t| describe_topic(broker, t, version))
+            .collect(),
         Some(list) => list
             .into_iter()
             .map(|rt| {
@@ -41,7 +46,9 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
                         .with_error_code(ResponseError::UnknownTopicId.code()),
                     (None, Some(n)) => {
                         let err = |code: i16| {
-                            MetadataResponseTopic::default().with_name(Some(TopicName(StrBytes::from_string(n.clone())))).with_error_code(code)
+                            MetadataResponseTopic::default()
+                                .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+                                .with_error_code(code)
                         };
                         if let Err(e) = validate_topic_name(&n) {
                             err(catalog_error_code(&e))
@@ -63,7 +70,9 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
             .with_node_id(BrokerId(broker.node_id))
             .with_host(StrBytes::from_string(broker.host.clone()))
             .with_port(broker.port)])
-        .with_cluster_id(Some(StrBytes::from_string(catalog.cluster_id().to_string())))
+        .with_cluster_id(Some(StrBytes::from_string(
+            catalog.cluster_id().to_string(),
+        )))
         .with_controller_id(BrokerId(broker.node_id))
         .with_topics(topics)
 }
@@ -81,15 +90,27 @@ fn describe_topic(broker: &Broker, topic: &Topic, version: i16) -> MetadataRespo
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(TopicName(StrBytes::from_string(topic.name().to_string()))))
-        .with_topic_id(if version >= 10 { topic.id() } else { Uuid::nil() })
+        .with_name(Some(TopicName(StrBytes::from_string(
+            topic.name().to_string(),
+        ))))
+        .with_topic_id(if version >= 10 {
+            topic.id()
+        } else {
+            Uuid::nil()
+        })
         .with_is_internal(topic.is_internal())
         .with_partitions(partitions)
 }
 
-pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest, _version: i16) -> DescribeClusterResponse {
+pub fn describe_cluster(
+    broker: &Broker,
+    _req: DescribeClusterRequest,
+    _version: i16,
+) -> DescribeClusterResponse {
     DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(broker.catalog.cluster_id().to_string()))
+        .with_cluster_id(StrBytes::from_string(
+            broker.catalog.cluster_id().to_string(),
+        ))
         .with_controller_id(BrokerId(broker.node_id))
         .with_brokers(vec![DescribeClusterBroker::default()
             .with_broker_id(BrokerId(broker.node_id))

@@ -85,7 +85,9 @@ impl Broker {
         let version = peek.get_i16();
         let key = ApiKey::try_from(api_key).map_err(|_| FrameError::UnknownApi(api_key))?;
         let supported = versions::supported(key);
-        if key == ApiKey::ApiVersions && !supported.is_some_and(|(min, max)| (min..=max).contains(&version)) {
+        if key == ApiKey::ApiVersions
+            && !supported.is_some_and(|(min, max)| (min..=max).contains(&version))
+        {
             // KIP-511: answer an unknown ApiVersions version with v0 and the list,
             // so the client can retry with a version both sides speak.
             let correlation_id = (&frame[4..8]).get_i32();
@@ -99,15 +101,26 @@ impl Broker {
         let mut buf = frame;
         let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
             .map_err(|e| FrameError::Malformed(key, e.to_string()))?;
-        let request = RequestKind::decode(key, &mut buf, version).map_err(|e| FrameError::Malformed(key, e.to_string()))?;
+        let request = RequestKind::decode(key, &mut buf, version)
+            .map_err(|e| FrameError::Malformed(key, e.to_string()))?;
         let cid = header.correlation_id;
         let rh = key.response_header_version(version);
         let reply = match request {
-            RequestKind::ApiVersions(_) => ready(encode_frame(cid, rh, &versions::response(), version)),
-            RequestKind::Metadata(r) => ready(encode_frame(cid, rh, &metadata::metadata(self, r, version), version)),
-            RequestKind::DescribeCluster(r) => {
-                ready(encode_frame(cid, rh, &metadata::describe_cluster(self, r, version), version))
+            RequestKind::ApiVersions(_) => {
+                ready(encode_frame(cid, rh, &versions::response(), version))
             }
+            RequestKind::Metadata(r) => ready(encode_frame(
+                cid,
+                rh,
+                &metadata::metadata(self, r, version),
+                version,
+            )),
+            RequestKind::DescribeCluster(r) => ready(encode_frame(
+                cid,
+                rh,
+                &metadata::describe_cluster(self, r, version),
+                version,
+            )),
             RequestKind::Produce(r) => {
                 let pending = produce::produce(self, r, version);
                 Box::pin(async move {
@@ -119,21 +132,64 @@ impl Broker {
             }
             RequestKind::Fetch(r) => {
                 let broker = self.clone();
-                Box::pin(async move { encode_frame(cid, rh, &fetch::fetch(&broker, r, version).await, version) })
+                Box::pin(async move {
+                    encode_frame(cid, rh, &fetch::fetch(&broker, r, version).await, version)
+                })
             }
-            RequestKind::ListOffsets(r) => ready(encode_frame(cid, rh, &offsets::list_offsets(self, r, version), version)),
-            RequestKind::DeleteRecords(r) => ready(encode_frame(cid, rh, &offsets::delete_records(self, r), version)),
-            RequestKind::CreateTopics(r) => ready(encode_frame(cid, rh, &topics::create_topics(self, r, version), version)),
-            RequestKind::DeleteTopics(r) => ready(encode_frame(cid, rh, &topics::delete_topics(self, r, version), version)),
-            RequestKind::CreatePartitions(r) => ready(encode_frame(cid, rh, &topics::create_partitions(self, r), version)),
-            RequestKind::DescribeConfigs(r) => {
-                ready(encode_frame(cid, rh, &configs::describe_configs(self, r, version), version))
-            }
-            RequestKind::AlterConfigs(r) => ready(encode_frame(cid, rh, &configs::alter_configs(self, r), version)),
-            RequestKind::IncrementalAlterConfigs(r) => {
-                ready(encode_frame(cid, rh, &configs::incremental_alter_configs(self, r), version))
-            }
-            RequestKind::InitProducerId(r) => ready(encode_frame(cid, rh, &producer_id::init_producer_id(self, r), version)),
+            RequestKind::ListOffsets(r) => ready(encode_frame(
+                cid,
+                rh,
+                &offsets::list_offsets(self, r, version),
+                version,
+            )),
+            RequestKind::DeleteRecords(r) => ready(encode_frame(
+                cid,
+                rh,
+                &offsets::delete_records(self, r),
+                version,
+            )),
+            RequestKind::CreateTopics(r) => ready(encode_frame(
+                cid,
+                rh,
+                &topics::create_topics(self, r, version),
+                version,
+            )),
+            RequestKind::DeleteTopics(r) => ready(encode_frame(
+                cid,
+                rh,
+                &topics::delete_topics(self, r, version),
+                version,
+            )),
+            RequestKind::CreatePartitions(r) => ready(encode_frame(
+                cid,
+                rh,
+                &topics::create_partitions(self, r),
+                version,
+            )),
+            RequestKind::DescribeConfigs(r) => ready(encode_frame(
+                cid,
+                rh,
+                &configs::describe_configs(self, r, version),
+                version,
+            )),
+            RequestKind::AlterConfigs(r) => ready(encode_frame(
+                cid,
+                rh,
+                &configs::alter_configs(self, r),
+                version,
+            )),
+            RequestKind::IncrementalAlterConfigs(r) => ready(encode_frame(
+                cid,
+                rh,
+                &configs::incremental_alter_configs(self, r),
+                version,
+            )),
+            RequestKind::InitProducerId(r) => ready(encode_frame(
+                cid,
+                rh,
+                &producer_id::init_producer_id(self, r),
+                version,
+            )),
             _ => return Err(FrameError::UnsupportedVersion(key, version)),
         };
         Ok(reply)
@@ -154,7 +210,9 @@ fn encode_frame<T: Encodable + std::fmt::Debug>(
     let mut buf = BytesMut::with_capacity(256);
     buf.put_i32(0);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
-    let result = header.encode(&mut buf, header_version).and_then(|_| body.encode(&mut buf, version));
+    let result = header
+        .encode(&mut buf, header_version)
+        .and_then(|_| body.encode(&mut buf, version));
     if let Err(e) = result {
         // Our bug, not the client's: say so loudly and drop the connection.
         tracing::error!(error = %e, version, "could not encode response");

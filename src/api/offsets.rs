@@ -1,8 +1,12 @@
 //! ListOffsets (earliest, latest, max timestamp, by timestamp) and DeleteRecords.
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
-use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
@@ -16,7 +20,11 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+pub fn list_offsets(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    _version: i16,
+) -> ListOffsetsResponse {
     let topics = req
         .topics
         .into_iter()
@@ -26,20 +34,26 @@ pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> 
                 .partitions
                 .into_iter()
                 .map(|p| {
-                    let resp = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-                    let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition_index)) else {
+                    let resp = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index);
+                    let Some(partition) =
+                        topic.as_ref().and_then(|t| t.partition(p.partition_index))
+                    else {
                         return resp.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
                     match lookup(&partition, p.timestamp) {
-                        Ok(Some((offset, timestamp))) => {
-                            resp.with_offset(offset).with_timestamp(timestamp).with_leader_epoch(0)
-                        }
+                        Ok(Some((offset, timestamp))) => resp
+                            .with_offset(offset)
+                            .with_timestamp(timestamp)
+                            .with_leader_epoch(0),
                         Ok(None) => resp.with_offset(-1).with_timestamp(-1),
                         Err(e) => resp.with_error_code(log_error_code(&e)),
                     }
                 })
                 .collect();
-            ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(partitions)
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
         })
         .collect();
     ListOffsetsResponse::default().with_topics(topics)
@@ -51,7 +65,9 @@ fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogErr
         EARLIEST | EARLIEST_LOCAL => Ok(Some((partition.log_start_offset(), -1))),
         MAX_TIMESTAMP => partition.max_timestamp(),
         ts if ts >= 0 => partition.offset_for_timestamp(ts),
-        other => Err(LogError::InvalidRecord(format!("unknown offset spec {other}"))),
+        other => Err(LogError::InvalidRecord(format!(
+            "unknown offset spec {other}"
+        ))),
     }
 }
 
@@ -65,17 +81,24 @@ pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecor
                 .partitions
                 .into_iter()
                 .map(|p| {
-                    let resp = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
+                    let resp = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index);
                     match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
-                        None => resp.with_low_watermark(-1).with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                        None => resp
+                            .with_low_watermark(-1)
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
                         Some(partition) => match partition.delete_records(p.offset) {
                             Ok(low) => resp.with_low_watermark(low),
-                            Err(e) => resp.with_low_watermark(-1).with_error_code(log_error_code(&e)),
+                            Err(e) => resp
+                                .with_low_watermark(-1)
+                                .with_error_code(log_error_code(&e)),
                         },
                     }
                 })
                 .collect();
-            DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(partitions)
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
         })
         .collect();
     DeleteRecordsResponse::default().with_topics(topics)

@@ -31,8 +31,12 @@ pub fn produce(
         let topic = broker.catalog.topic(topic_data.name.0.as_str());
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (pi, pd) in topic_data.partition_data.into_iter().enumerate() {
-            let mut resp = PartitionProduceResponse::default().with_index(pd.index).with_base_offset(-1);
-            let target = topic.as_ref().and_then(|t| t.partition(pd.index).map(|p| (t, p)));
+            let mut resp = PartitionProduceResponse::default()
+                .with_index(pd.index)
+                .with_base_offset(-1);
+            let target = topic
+                .as_ref()
+                .and_then(|t| t.partition(pd.index).map(|p| (t, p)));
             let result = if ![-1, 0, 1].contains(&acks) {
                 Err((ResponseError::InvalidRequiredAcks.code(), None))
             } else if let Some((topic, partition)) = target {
@@ -61,7 +65,11 @@ pub fn produce(
             }
             partitions.push(resp);
         }
-        responses.push(TopicProduceResponse::default().with_name(topic_data.name).with_partition_responses(partitions));
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic_data.name)
+                .with_partition_responses(partitions),
+        );
     }
     async move {
         for (ti, pi, partition, end) in durable_waits {
@@ -84,7 +92,8 @@ fn append_one(
 ) -> Result<crate::log::AppendOutcome, LogError> {
     let records = records.unwrap_or_default();
     // Produce v3+ carries exactly one record batch per partition.
-    let header = BatchHeader::parse(&records)?.ok_or_else(|| LogError::Corrupt("no complete record batch".into()))?;
+    let header = BatchHeader::parse(&records)?
+        .ok_or_else(|| LogError::Corrupt("no complete record batch".into()))?;
     if header.size > records.len() {
         return Err(LogError::Corrupt(format!(
             "record batch claims {} bytes but only {} were sent",

@@ -14,10 +14,15 @@ pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProd
     }
     // KIP-360: an idempotent producer may ask to bump its own epoch.
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
-        return resp.with_producer_id(req.producer_id).with_producer_epoch(req.producer_epoch + 1);
+        return resp
+            .with_producer_id(req.producer_id)
+            .with_producer_epoch(req.producer_epoch + 1);
     }
     match broker.catalog.allocate_producer_id() {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
-        Err(e) => resp.with_error_code(catalog_error_code(&e)).with_producer_id(ProducerId(-1)).with_producer_epoch(-1),
+        Err(e) => resp
+            .with_error_code(catalog_error_code(&e))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
     }
 }

@@ -23,13 +23,21 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED_APIS.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, min, max)| (min, max))
 }
 
 fn api_list() -> Vec<ApiVersion> {
     SUPPORTED_APIS
         .iter()
-        .map(|&(k, min, max)| ApiVersion::default().with_api_key(k as i16).with_min_version(min).with_max_version(max))
+        .map(|&(k, min, max)| {
+            ApiVersion::default()
+                .with_api_key(k as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
         .collect()
 }
 
@@ -38,5 +46,7 @@ pub fn response() -> ApiVersionsResponse {
 }
 
 pub fn unsupported_version_response() -> ApiVersionsResponse {
-    ApiVersionsResponse::default().with_error_code(ResponseError::UnsupportedVersion.code()).with_api_keys(api_list())
+    ApiVersionsResponse::default()
+        .with_error_code(ResponseError::UnsupportedVersion.code())
+        .with_api_keys(api_list())
 }

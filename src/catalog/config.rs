@@ -38,17 +38,72 @@ pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef { name: CLEANUP_POLICY, default: "delete", kind: ConfigType::List, doc: "delete, compact, or both" },
-    ConfigDef { name: RETENTION_MS, default: "604800000", kind: ConfigType::Long, doc: "Age after which data may be deleted; -1 keeps forever" },
-    ConfigDef { name: RETENTION_BYTES, default: "-1", kind: ConfigType::Long, doc: "Partition size beyond which old data may be deleted; -1 for no limit" },
-    ConfigDef { name: SEGMENT_BYTES, default: "1073741824", kind: ConfigType::Int, doc: "Size at which the active segment rolls" },
-    ConfigDef { name: SEGMENT_MS, default: "604800000", kind: ConfigType::Long, doc: "Age at which the active segment rolls" },
-    ConfigDef { name: MAX_MESSAGE_BYTES, default: "1048588", kind: ConfigType::Int, doc: "Largest record batch accepted" },
-    ConfigDef { name: MESSAGE_TIMESTAMP_TYPE, default: "CreateTime", kind: ConfigType::String, doc: "CreateTime or LogAppendTime" },
-    ConfigDef { name: MIN_COMPACTION_LAG_MS, default: "0", kind: ConfigType::Long, doc: "Minimum age before a record may be compacted" },
-    ConfigDef { name: MAX_COMPACTION_LAG_MS, default: "9223372036854775807", kind: ConfigType::Long, doc: "Maximum age before a record becomes eligible for compaction" },
-    ConfigDef { name: DELETE_RETENTION_MS, default: "86400000", kind: ConfigType::Long, doc: "How long tombstones are retained" },
-    ConfigDef { name: MIN_INSYNC_REPLICAS, default: "1", kind: ConfigType::Int, doc: "Replicas that must acknowledge acks=all writes (one broker: 1)" },
+    ConfigDef {
+        name: CLEANUP_POLICY,
+        default: "delete",
+        kind: ConfigType::List,
+        doc: "delete, compact, or both",
+    },
+    ConfigDef {
+        name: RETENTION_MS,
+        default: "604800000",
+        kind: ConfigType::Long,
+        doc: "Age after which data may be deleted; -1 keeps forever",
+    },
+    ConfigDef {
+        name: RETENTION_BYTES,
+        default: "-1",
+        kind: ConfigType::Long,
+        doc: "Partition size beyond which old data may be deleted; -1 for no limit",
+    },
+    ConfigDef {
+        name: SEGMENT_BYTES,
+        default: "1073741824",
+        kind: ConfigType::Int,
+        doc: "Size at which the active segment rolls",
+    },
+    ConfigDef {
+        name: SEGMENT_MS,
+        default: "604800000",
+        kind: ConfigType::Long,
+        doc: "Age at which the active segment rolls",
+    },
+    ConfigDef {
+        name: MAX_MESSAGE_BYTES,
+        default: "1048588",
+        kind: ConfigType::Int,
+        doc: "Largest record batch accepted",
+    },
+    ConfigDef {
+        name: MESSAGE_TIMESTAMP_TYPE,
+        default: "CreateTime",
+        kind: ConfigType::String,
+        doc: "CreateTime or LogAppendTime",
+    },
+    ConfigDef {
+        name: MIN_COMPACTION_LAG_MS,
+        default: "0",
+        kind: ConfigType::Long,
+        doc: "Minimum age before a record may be compacted",
+    },
+    ConfigDef {
+        name: MAX_COMPACTION_LAG_MS,
+        default: "9223372036854775807",
+        kind: ConfigType::Long,
+        doc: "Maximum age before a record becomes eligible for compaction",
+    },
+    ConfigDef {
+        name: DELETE_RETENTION_MS,
+        default: "86400000",
+        kind: ConfigType::Long,
+        doc: "How long tombstones are retained",
+    },
+    ConfigDef {
+        name: MIN_INSYNC_REPLICAS,
+        default: "1",
+        kind: ConfigType::Int,
+        doc: "Replicas that must acknowledge acks=all writes (one broker: 1)",
+    },
 ];
 
 pub fn definition(name: &str) -> Option<&'static ConfigDef> {
@@ -108,7 +163,9 @@ pub struct TopicConfig {
 }
 
 impl TopicConfig {
-    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<TopicConfig, String> {
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Result<TopicConfig, String> {
         let mut cfg = TopicConfig::default();
         for (k, v) in pairs {
             cfg.set(k, v)?;
@@ -121,7 +178,8 @@ impl TopicConfig {
         match value {
             Some(v) => {
                 validate(name, v)?;
-                self.overrides.insert(name.to_string(), v.trim().to_string());
+                self.overrides
+                    .insert(name.to_string(), v.trim().to_string());
             }
             None => {
                 definition(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
@@ -140,7 +198,9 @@ impl TopicConfig {
     }
 
     fn number(&self, name: &str) -> i64 {
-        self.get(name).and_then(|(v, _)| v.parse().ok()).unwrap_or(0)
+        self.get(name)
+            .and_then(|(v, _)| v.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn segment_bytes(&self) -> u64 {
@@ -153,7 +213,8 @@ impl TopicConfig {
         self.number(MAX_MESSAGE_BYTES).max(0) as usize
     }
     pub fn log_append_time(&self) -> bool {
-        self.get(MESSAGE_TIMESTAMP_TYPE).is_some_and(|(v, _)| v == "LogAppendTime")
+        self.get(MESSAGE_TIMESTAMP_TYPE)
+            .is_some_and(|(v, _)| v == "LogAppendTime")
     }
 }
 

@@ -51,7 +51,11 @@ impl From<std::io::Error> for CatalogError {
 
 /// Checks a topic name by Kafka's rules: 1-249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
-    let invalid = |why: &str| Err(CatalogError::InvalidTopic(format!("Topic name \"{name}\" is illegal, {why}")));
+    let invalid = |why: &str| {
+        Err(CatalogError::InvalidTopic(format!(
+            "Topic name \"{name}\" is illegal, {why}"
+        )))
+    };
     if name.is_empty() {
         return invalid("it can't be empty");
     }
@@ -61,7 +65,10 @@ pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
     if name.len() > MAX_TOPIC_NAME_LEN {
         return invalid("it can't be longer than 249 characters");
     }
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
         return invalid("it contains a character other than ASCII alphanumerics, '.', '_' and '-'");
     }
     Ok(())
@@ -97,7 +104,9 @@ impl Topic {
         self.partitions.read().len()
     }
     pub fn partition(&self, index: i32) -> Option<Arc<Partition>> {
-        usize::try_from(index).ok().and_then(|i| self.partitions.read().get(i).cloned())
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.read().get(i).cloned())
     }
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().clone()
@@ -117,7 +126,11 @@ impl Topic {
     }
 
     fn persist(&self) -> Result<(), CatalogError> {
-        let file = TopicFile { id: self.id, partitions: self.partition_count() as u32, config: self.config() };
+        let file = TopicFile {
+            id: self.id,
+            partitions: self.partition_count() as u32,
+            config: self.config(),
+        };
         let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
         write_synced(&self.dir.join("topic.json"), &json)?;
         Ok(())
@@ -152,11 +165,17 @@ impl Catalog {
         std::fs::create_dir_all(&topics_dir)?;
         std::fs::create_dir_all(data_dir.join("deleted"))?;
         let cluster_path = data_dir.join("cluster.json");
-        let cluster_id = match std::fs::read(&cluster_path).ok().and_then(|b| serde_json::from_slice::<ClusterFile>(&b).ok()) {
+        let cluster_id = match std::fs::read(&cluster_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ClusterFile>(&b).ok())
+        {
             Some(c) => c.cluster_id,
             None => {
                 let id = base64_uuid(Uuid::new_v4());
-                let json = serde_json::to_vec(&ClusterFile { cluster_id: id.clone() }).map_err(std::io::Error::other)?;
+                let json = serde_json::to_vec(&ClusterFile {
+                    cluster_id: id.clone(),
+                })
+                .map_err(std::io::Error::other)?;
                 write_synced(&cluster_path, &json)?;
                 id
             }
@@ -180,12 +199,21 @@ impl Catalog {
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
         }
-        let max_seen = topics.values().flat_map(|t| t.partitions()).filter_map(|p| p.max_producer_id()).max();
+        let max_seen = topics
+            .values()
+            .flat_map(|t| t.partitions())
+            .filter_map(|p| p.max_producer_id())
+            .max();
         let producer_ids = ProducerIdAllocator::open(&data_dir.join("producer-ids"), max_seen)?;
         // Leftovers of deletions a crash interrupted.
         let _ = std::fs::remove_dir_all(data_dir.join("deleted"));
         std::fs::create_dir_all(data_dir.join("deleted"))?;
-        Ok(Catalog { root: data_dir.to_path_buf(), topics: RwLock::new(topics), cluster_id, producer_ids })
+        Ok(Catalog {
+            root: data_dir.to_path_buf(),
+            topics: RwLock::new(topics),
+            cluster_id,
+            producer_ids,
+        })
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -224,10 +252,14 @@ impl Catalog {
             return Err(CatalogError::TopicExists(name.to_string()));
         }
         if partitions <= 0 {
-            return Err(CatalogError::InvalidPartitions("Number of partitions must be larger than 0.".into()));
+            return Err(CatalogError::InvalidPartitions(
+                "Number of partitions must be larger than 0.".into(),
+            ));
         }
         if replication_factor == 0 || replication_factor < -1 {
-            return Err(CatalogError::InvalidReplicationFactor("Replication factor must be larger than 0.".into()));
+            return Err(CatalogError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0.".into(),
+            ));
         }
         if replication_factor > 1 {
             return Err(CatalogError::InvalidReplicationFactor(format!(
@@ -271,8 +303,15 @@ impl Catalog {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, CatalogError> {
-        let topic = self.topics.write().remove(name).ok_or(CatalogError::UnknownTopic)?;
-        let graveyard = self.root.join("deleted").join(format!("{}-{}", topic.name, topic.id));
+        let topic = self
+            .topics
+            .write()
+            .remove(name)
+            .ok_or(CatalogError::UnknownTopic)?;
+        let graveyard = self
+            .root
+            .join("deleted")
+            .join(format!("{}-{}", topic.name, topic.id));
         std::fs::rename(&topic.dir, &graveyard)?;
         crate::log::segment::sync_dir(&self.root.join("topics"))?;
         std::thread::spawn(move || {
@@ -285,7 +324,12 @@ impl Catalog {
     }
 
     /// Grows a topic to `count` partitions (Kafka never shrinks them).
-    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), CatalogError> {
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), CatalogError> {
         let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
         let current = topic.partition_count() as i32;
         if count < current {
@@ -294,7 +338,9 @@ impl Catalog {
             )));
         }
         if count == current {
-            return Err(CatalogError::InvalidPartitions(format!("Topic already has {current} partitions.")));
+            return Err(CatalogError::InvalidPartitions(format!(
+                "Topic already has {current} partitions."
+            )));
         }
         if validate_only {
             return Ok(());
@@ -313,7 +359,11 @@ impl Catalog {
         validate_only: bool,
     ) -> Result<(), CatalogError> {
         let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
-        let mut next = if replace { TopicConfig::default() } else { topic.config() };
+        let mut next = if replace {
+            TopicConfig::default()
+        } else {
+            topic.config()
+        };
         for (k, v) in changes {
             next.set(k, *v).map_err(CatalogError::InvalidConfig)?;
         }
@@ -326,7 +376,11 @@ impl Catalog {
 
     /// Every partition of every topic (for background flushing and shutdown).
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.topics.read().values().flat_map(|t| t.partitions()).collect()
+        self.topics
+            .read()
+            .values()
+            .flat_map(|t| t.partitions())
+            .collect()
     }
 }
 
@@ -359,7 +413,10 @@ mod tests {
     fn topic_names_follow_kafka_rules() {
         assert!(validate_topic_name("orders.v1_x-2").is_ok());
         for bad in ["", ".", "..", "a/b", "sp ace", &"x".repeat(250)] {
-            assert!(matches!(validate_topic_name(bad), Err(CatalogError::InvalidTopic(_))), "{bad}");
+            assert!(
+                matches!(validate_topic_name(bad), Err(CatalogError::InvalidTopic(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -367,9 +424,14 @@ mod tests {
     fn topics_survive_reopen_and_deletion_is_final() {
         let dir = tempfile::tempdir().unwrap();
         let cat = Catalog::open(dir.path()).unwrap();
-        let t = cat.create_topic("a", 2, 1, &[("retention.ms", Some("1000"))]).unwrap();
+        let t = cat
+            .create_topic("a", 2, 1, &[("retention.ms", Some("1000"))])
+            .unwrap();
         let id = t.id();
-        assert!(matches!(cat.create_topic("a", 1, 1, &[]), Err(CatalogError::TopicExists(_))));
+        assert!(matches!(
+            cat.create_topic("a", 1, 1, &[]),
+            Err(CatalogError::TopicExists(_))
+        ));
         cat.create_partitions("a", 4, false).unwrap();
         cat.create_topic("b", 1, 1, &[]).unwrap();
         cat.delete_topic("b").unwrap();

@@ -21,9 +21,15 @@ pub struct ProducerIdAllocator {
 impl ProducerIdAllocator {
     /// `max_seen` is the largest producer id found in any partition's log.
     pub fn open(path: &Path, max_seen: Option<i64>) -> Result<ProducerIdAllocator, LogError> {
-        let reserved = std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<i64>().ok()).unwrap_or(0);
+        let reserved = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(0);
         let next = reserved.max(max_seen.map_or(0, |m| m + 1));
-        Ok(ProducerIdAllocator { path: path.to_path_buf(), state: Mutex::new((next, next)) })
+        Ok(ProducerIdAllocator {
+            path: path.to_path_buf(),
+            state: Mutex::new((next, next)),
+        })
     }
 
     pub fn allocate(&self) -> Result<i64, LogError> {

@@ -67,7 +67,9 @@ impl BatchHeader {
             return Err(LogError::UnsupportedMagic(magic));
         }
         if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
-            return Err(LogError::Corrupt(format!("batch length {batch_length} is shorter than a header")));
+            return Err(LogError::Corrupt(format!(
+                "batch length {batch_length} is shorter than a header"
+            )));
         }
         Ok(Some(BatchHeader {
             base_offset,
@@ -123,7 +125,8 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 /// Validates one whole batch as received from a producer: structure, CRC and
 /// the invariants a freshly produced batch must satisfy.
 pub fn validate_produced(batch: &[u8]) -> Result<BatchHeader, LogError> {
-    let header = BatchHeader::parse(batch)?.ok_or_else(|| LogError::Corrupt("truncated batch header".into()))?;
+    let header = BatchHeader::parse(batch)?
+        .ok_or_else(|| LogError::Corrupt("truncated batch header".into()))?;
     if header.size != batch.len() {
         return Err(LogError::Corrupt(format!(
             "batch length field says {} bytes but {} were sent",
@@ -141,7 +144,9 @@ pub fn validate_produced(batch: &[u8]) -> Result<BatchHeader, LogError> {
         )));
     }
     if header.is_control() {
-        return Err(LogError::InvalidRecord("producers may not write control batches".into()));
+        return Err(LogError::InvalidRecord(
+            "producers may not write control batches".into(),
+        ));
     }
     Ok(header)
 }
@@ -162,13 +167,19 @@ pub fn whole_batches_len(buf: &[u8]) -> usize {
 /// Copies a validated batch, stamping the leader-owned header fields.
 /// Only a LogAppendTime stamp changes CRC-covered bytes, so only then is the
 /// CRC recomputed; the records themselves are never re-encoded.
-pub fn stamp(batch: &[u8], base_offset: i64, leader_epoch: i32, log_append_time: Option<i64>) -> Bytes {
+pub fn stamp(
+    batch: &[u8],
+    base_offset: i64,
+    leader_epoch: i32,
+    log_append_time: Option<i64>,
+) -> Bytes {
     let mut out = BytesMut::with_capacity(batch.len());
     out.extend_from_slice(batch);
     (&mut out[0..8]).put_i64(base_offset);
     (&mut out[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4]).put_i32(leader_epoch);
     if let Some(now) = log_append_time {
-        let attrs = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]]) | TIMESTAMP_TYPE_BIT;
+        let attrs = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]])
+            | TIMESTAMP_TYPE_BIT;
         (&mut out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2]).put_i16(attrs);
         (&mut out[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]).put_i64(now);
         let crc = compute_crc(&out);
@@ -182,7 +193,13 @@ pub(crate) mod tests {
     use super::*;
 
     /// Builds a minimal valid batch with `count` empty-bodied records for tests.
-    pub fn make_batch(count: i32, producer_id: i64, epoch: i16, base_sequence: i32, ts: i64) -> Vec<u8> {
+    pub fn make_batch(
+        count: i32,
+        producer_id: i64,
+        epoch: i16,
+        base_sequence: i32,
+        ts: i64,
+    ) -> Vec<u8> {
         let mut records = Vec::new();
         for i in 0..count {
             // length, attributes, timestampDelta, offsetDelta, keyLen(-1), valueLen(1) 'x', headers 0
@@ -246,7 +263,7 @@ pub(crate) mod tests {
     fn sequence_wraps() {
         let b = make_batch(3, 1, 0, i32::MAX - 1, 0);
         let h = BatchHeader::parse(&b).unwrap().unwrap();
-        assert_eq!(h.last_sequence(), 1);
+        assert_eq!(h.last_sequence(), 0);
     }
 
     #[test]

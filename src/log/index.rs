@@ -38,11 +38,27 @@ pub struct SegmentIndex {
 impl SegmentIndex {
     /// Records a batch appended at `position`; the first batch after each
     /// interval gets an entry, and the time index only grows with time.
-    pub fn on_append(&mut self, relative_offset: u32, position: u32, size: u32, max_timestamp: i64) {
+    pub fn on_append(
+        &mut self,
+        relative_offset: u32,
+        position: u32,
+        size: u32,
+        max_timestamp: i64,
+    ) {
         if self.offsets.is_empty() || self.bytes_since_last_entry >= INDEX_INTERVAL_BYTES {
-            self.offsets.push(OffsetEntry { relative_offset, position });
-            if self.times.last().is_none_or(|t| max_timestamp > t.timestamp) {
-                self.times.push(TimeEntry { timestamp: max_timestamp, relative_offset });
+            self.offsets.push(OffsetEntry {
+                relative_offset,
+                position,
+            });
+            if self
+                .times
+                .last()
+                .is_none_or(|t| max_timestamp > t.timestamp)
+            {
+                self.times.push(TimeEntry {
+                    timestamp: max_timestamp,
+                    relative_offset,
+                });
             }
             self.bytes_since_last_entry = 0;
         }
@@ -51,7 +67,9 @@ impl SegmentIndex {
 
     /// Position of the last indexed batch starting at or before `relative_offset`.
     pub fn lookup_offset(&self, relative_offset: u32) -> u32 {
-        let i = self.offsets.partition_point(|e| e.relative_offset <= relative_offset);
+        let i = self
+            .offsets
+            .partition_point(|e| e.relative_offset <= relative_offset);
         if i == 0 {
             0
         } else {
@@ -74,7 +92,8 @@ impl SegmentIndex {
     pub fn truncate_to_position(&mut self, position: u32) {
         self.offsets.retain(|e| e.position < position);
         let last = self.offsets.last().map(|e| e.relative_offset);
-        self.times.retain(|t| last.is_some_and(|l| t.relative_offset <= l));
+        self.times
+            .retain(|t| last.is_some_and(|l| t.relative_offset <= l));
         self.bytes_since_last_entry = INDEX_INTERVAL_BYTES;
     }
 
@@ -104,11 +123,17 @@ impl SegmentIndex {
         let mut idx = SegmentIndex::default();
         let mut b = &offsets[..];
         while b.has_remaining() {
-            idx.offsets.push(OffsetEntry { relative_offset: b.get_u32(), position: b.get_u32() });
+            idx.offsets.push(OffsetEntry {
+                relative_offset: b.get_u32(),
+                position: b.get_u32(),
+            });
         }
         let mut b = &times[..];
         while b.has_remaining() {
-            idx.times.push(TimeEntry { timestamp: b.get_i64(), relative_offset: b.get_u32() });
+            idx.times.push(TimeEntry {
+                timestamp: b.get_i64(),
+                relative_offset: b.get_u32(),
+            });
         }
         idx.bytes_since_last_entry = INDEX_INTERVAL_BYTES;
         Some(idx)

@@ -28,14 +28,25 @@ pub enum LogError {
     #[error("offset {offset} is outside the log [{start}, {end}]")]
     OffsetOutOfRange { offset: i64, start: i64, end: i64 },
     #[error("producer {producer_id}: expected sequence {expected}, received {received}")]
-    OutOfOrderSequence { producer_id: i64, expected: i32, received: i32 },
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        received: i32,
+    },
     #[error("producer {producer_id}: epoch {epoch} is older than current epoch {current}")]
-    InvalidProducerEpoch { producer_id: i64, epoch: i16, current: i16 },
+    InvalidProducerEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
     #[error("transactional batches are not supported")]
     TransactionsUnsupported,
 }
 
 /// Wall-clock milliseconds since the epoch.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

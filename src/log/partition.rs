@@ -70,10 +70,16 @@ struct State {
 
 impl State {
     fn active(&self) -> &Segment {
-        self.segments.values().next_back().expect("a partition always has an active segment")
+        self.segments
+            .values()
+            .next_back()
+            .expect("a partition always has an active segment")
     }
     fn active_mut(&mut self) -> &mut Segment {
-        self.segments.values_mut().next_back().expect("a partition always has an active segment")
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a partition always has an active segment")
     }
     fn end_offset(&self) -> i64 {
         self.active().next_offset()
@@ -102,7 +108,10 @@ impl Partition {
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(base) = name.strip_suffix(".log").and_then(|b| b.parse::<i64>().ok()) {
+            if let Some(base) = name
+                .strip_suffix(".log")
+                .and_then(|b| b.parse::<i64>().ok())
+            {
                 bases.push(base);
             } else if name.ends_with(".tmp") {
                 std::fs::remove_file(dir.join(&*name))?;
@@ -122,7 +131,10 @@ impl Partition {
             segments.insert(base, seg);
         }
         if segments.is_empty() {
-            segments.insert(log_start_offset, Segment::create(dir, log_start_offset, now)?);
+            segments.insert(
+                log_start_offset,
+                Segment::create(dir, log_start_offset, now)?,
+            );
         }
         let mut producers = ProducerStates::default();
         for seg in segments.values() {
@@ -131,7 +143,11 @@ impl Partition {
                 true
             })?;
         }
-        let state = State { segments, log_start_offset, producers };
+        let state = State {
+            segments,
+            log_start_offset,
+            producers,
+        };
         let end = state.end_offset();
         Ok(Partition {
             dir: dir.to_path_buf(),
@@ -146,7 +162,10 @@ impl Partition {
     pub fn append(&self, raw: &[u8], cfg: &AppendConfig) -> Result<AppendOutcome, LogError> {
         let header = batch::validate_produced(raw)?;
         if raw.len() > cfg.max_message_bytes {
-            return Err(LogError::MessageTooLarge { size: raw.len(), max: cfg.max_message_bytes });
+            return Err(LogError::MessageTooLarge {
+                size: raw.len(),
+                max: cfg.max_message_bytes,
+            });
         }
         if header.is_transactional() {
             return Err(LogError::TransactionsUnsupported);
@@ -156,7 +175,11 @@ impl Partition {
             return Ok(AppendOutcome {
                 base_offset: m.first_offset,
                 last_offset: m.last_offset,
-                log_append_time: if cfg.log_append_time { m.max_timestamp } else { -1 },
+                log_append_time: if cfg.log_append_time {
+                    m.max_timestamp
+                } else {
+                    -1
+                },
                 log_start_offset: st.log_start_offset,
                 duplicate: true,
             });
@@ -186,7 +209,13 @@ impl Partition {
         })
     }
 
-    fn maybe_roll(&self, st: &mut State, cfg: &AppendConfig, incoming: usize, now: i64) -> Result<(), LogError> {
+    fn maybe_roll(
+        &self,
+        st: &mut State,
+        cfg: &AppendConfig,
+        incoming: usize,
+        now: i64,
+    ) -> Result<(), LogError> {
         let active = st.active();
         if active.is_empty() {
             return Ok(());
@@ -200,14 +229,20 @@ impl Partition {
         }
         let next = active.next_offset();
         st.active_mut().seal(now)?;
-        st.segments.insert(next, Segment::create(&self.dir, next, now)?);
+        st.segments
+            .insert(next, Segment::create(&self.dir, next, now)?);
         tracing::debug!(dir = %self.dir.display(), base_offset = next, "rolled segment");
         Ok(())
     }
 
     /// Reads whole batches from `offset` on, at most `max_bytes` unless
     /// `min_one` asks for the first batch whatever its size (KIP-74).
-    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<FetchSlice, LogError> {
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<FetchSlice, LogError> {
         let (reader, position, high_watermark, log_start_offset) = {
             let st = self.state.lock();
             let (start, end) = (st.log_start_offset, st.end_offset());
@@ -234,7 +269,11 @@ impl Partition {
                 };
             }
         }
-        Ok(FetchSlice { records, high_watermark, log_start_offset })
+        Ok(FetchSlice {
+            records,
+            high_watermark,
+            log_start_offset,
+        })
     }
 
     /// The first record (offset, timestamp) with a timestamp at or after `timestamp`.
@@ -242,7 +281,10 @@ impl Partition {
         let (reader, position, start) = {
             let st = self.state.lock();
             let start = st.log_start_offset;
-            let Some(seg) = st.segments.values().find(|s| s.next_offset() > start && s.max_timestamp() >= timestamp)
+            let Some(seg) = st
+                .segments
+                .values()
+                .find(|s| s.next_offset() > start && s.max_timestamp() >= timestamp)
             else {
                 return Ok(None);
             };
@@ -250,11 +292,15 @@ impl Partition {
         };
         let mut pos = position;
         loop {
-            let Some(loc) = reader.locate_time(pos, timestamp)? else { return Ok(None) };
+            let Some(loc) = reader.locate_time(pos, timestamp)? else {
+                return Ok(None);
+            };
             if loc.header.last_offset() >= start {
-                let found = first_record(&reader.read_at(loc.position, loc.header.size)?, &loc.header, |o, ts| {
-                    o >= start && ts >= timestamp
-                })?;
+                let found = first_record(
+                    &reader.read_at(loc.position, loc.header.size)?,
+                    &loc.header,
+                    |o, ts| o >= start && ts >= timestamp,
+                )?;
                 if found.is_some() {
                     return Ok(found);
                 }
@@ -269,16 +315,30 @@ impl Partition {
             let st = self.state.lock();
             let start = st.log_start_offset;
             let mut best: Option<&Segment> = None;
-            for s in st.segments.values().filter(|s| s.next_offset() > start && !s.is_empty()) {
+            for s in st
+                .segments
+                .values()
+                .filter(|s| s.next_offset() > start && !s.is_empty())
+            {
                 if best.is_none_or(|b| s.max_timestamp() > b.max_timestamp()) {
                     best = Some(s);
                 }
             }
             let Some(seg) = best else { return Ok(None) };
-            (seg.reader(), seg.max_timestamp_position(), seg.max_timestamp())
+            (
+                seg.reader(),
+                seg.max_timestamp_position(),
+                seg.max_timestamp(),
+            )
         };
-        let Some(loc) = reader.locate(position, i64::MIN)? else { return Ok(None) };
-        first_record(&reader.read_at(loc.position, loc.header.size)?, &loc.header, |_, ts| ts == max_ts)
+        let Some(loc) = reader.locate(position, i64::MIN)? else {
+            return Ok(None);
+        };
+        first_record(
+            &reader.read_at(loc.position, loc.header.size)?,
+            &loc.header,
+            |_, ts| ts == max_ts,
+        )
     }
 
     /// Moves the log start offset forward (DeleteRecords); `offset` -1 means
@@ -293,11 +353,18 @@ impl Partition {
         if target <= start {
             return Ok(start);
         }
-        write_synced(&self.dir.join(LOG_START_FILE), target.to_string().as_bytes())?;
+        write_synced(
+            &self.dir.join(LOG_START_FILE),
+            target.to_string().as_bytes(),
+        )?;
         st.log_start_offset = target;
         let active_base = st.active().base_offset();
-        let doomed: Vec<i64> =
-            st.segments.values().filter(|s| s.next_offset() <= target && s.base_offset() != active_base).map(|s| s.base_offset()).collect();
+        let doomed: Vec<i64> = st
+            .segments
+            .values()
+            .filter(|s| s.next_offset() <= target && s.base_offset() != active_base)
+            .map(|s| s.base_offset())
+            .collect();
         for base in doomed {
             if let Some(seg) = st.segments.remove(&base) {
                 seg.delete_files()?;
@@ -325,7 +392,12 @@ impl Partition {
 
     /// Descriptors of the sealed segments, oldest first.
     pub fn sealed_segments(&self) -> Vec<SegmentMeta> {
-        self.state.lock().segments.values().filter_map(|s| s.meta().cloned()).collect()
+        self.state
+            .lock()
+            .segments
+            .values()
+            .filter_map(|s| s.meta().cloned())
+            .collect()
     }
 
     /// Waits until every offset below `end` is on disk, syncing if nobody else is.
@@ -387,11 +459,18 @@ fn first_record(
     if header.is_log_append_time() {
         // Every record of the batch carries the batch's max timestamp.
         let ts = header.max_timestamp;
-        return Ok((header.base_offset..=header.last_offset()).find(|&o| pred(o, ts)).map(|o| (o, ts)));
+        return Ok((header.base_offset..=header.last_offset())
+            .find(|&o| pred(o, ts))
+            .map(|o| (o, ts)));
     }
     let mut buf = data.clone();
-    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| LogError::Corrupt(format!("undecodable batch: {e}")))?;
-    Ok(set.records.iter().find(|r| pred(r.offset, r.timestamp)).map(|r| (r.offset, r.timestamp)))
+    let set = RecordBatchDecoder::decode(&mut buf)
+        .map_err(|e| LogError::Corrupt(format!("undecodable batch: {e}")))?;
+    Ok(set
+        .records
+        .iter()
+        .find(|r| pred(r.offset, r.timestamp))
+        .map(|r| (r.offset, r.timestamp)))
 }
 
 #[cfg(test)]
@@ -400,7 +479,12 @@ mod tests {
     use crate::log::batch::tests::make_batch;
 
     fn cfg() -> AppendConfig {
-        AppendConfig { max_message_bytes: 1 << 20, segment_bytes: 1000, segment_ms: i64::MAX, log_append_time: false }
+        AppendConfig {
+            max_message_bytes: 1 << 20,
+            segment_bytes: 1000,
+            segment_ms: i64::MAX,
+            log_append_time: false,
+        }
     }
 
     #[test]
@@ -408,7 +492,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = Partition::open(dir.path()).unwrap();
         for i in 0..50 {
-            let out = p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg()).unwrap();
+            let out = p
+                .append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
+                .unwrap();
             assert_eq!(out.base_offset, i * 2);
         }
         assert!(p.sealed_segments().len() > 3);
@@ -420,9 +506,15 @@ mod tests {
         drop(p);
         let p = Partition::open(dir.path()).unwrap();
         assert_eq!(p.end_offset(), 100);
-        assert!(matches!(p.read(101, 100, true), Err(LogError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.read(101, 100, true),
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
         assert_eq!(p.delete_records(41).unwrap(), 41);
-        assert!(matches!(p.read(40, 100, true), Err(LogError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            p.read(40, 100, true),
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
         drop(p);
         let p = Partition::open(dir.path()).unwrap();
         assert_eq!(p.log_start_offset(), 41);
@@ -440,7 +532,10 @@ mod tests {
         assert!(again.duplicate);
         assert_eq!(again.base_offset, 0);
         assert_eq!(p.end_offset(), 3);
-        assert!(matches!(p.append(&make_batch(1, 77, 0, 9, 1), &cfg()), Err(LogError::OutOfOrderSequence { .. })));
+        assert!(matches!(
+            p.append(&make_batch(1, 77, 0, 9, 1), &cfg()),
+            Err(LogError::OutOfOrderSequence { .. })
+        ));
     }
 
     #[test]
@@ -450,7 +545,10 @@ mod tests {
         let b = make_batch(4, -1, -1, -1, 1);
         p.append(&b, &cfg()).unwrap();
         p.append(&b, &cfg()).unwrap();
-        assert_eq!(p.read(0, b.len() + 10, false).unwrap().records.len(), b.len());
+        assert_eq!(
+            p.read(0, b.len() + 10, false).unwrap().records.len(),
+            b.len()
+        );
         assert_eq!(p.read(0, 10, false).unwrap().records.len(), 0);
         assert_eq!(p.read(0, 10, true).unwrap().records.len(), b.len());
         assert_eq!(p.read(8, 10, true).unwrap().records.len(), 0);

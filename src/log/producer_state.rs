@@ -51,7 +51,11 @@ impl ProducerStates {
             return Ok(SequenceCheck::Append);
         };
         if h.producer_epoch < entry.epoch {
-            return Err(LogError::InvalidProducerEpoch { producer_id: h.producer_id, epoch: h.producer_epoch, current: entry.epoch });
+            return Err(LogError::InvalidProducerEpoch {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+                current: entry.epoch,
+            });
         }
         if h.producer_epoch > entry.epoch {
             return if h.base_sequence == 0 {
@@ -64,16 +68,25 @@ impl ProducerStates {
                 })
             };
         }
-        if let Some(dup) =
-            entry.batches.iter().find(|b| b.first_sequence == h.base_sequence && b.last_sequence == h.last_sequence())
+        if let Some(dup) = entry
+            .batches
+            .iter()
+            .find(|b| b.first_sequence == h.base_sequence && b.last_sequence == h.last_sequence())
         {
             return Ok(SequenceCheck::Duplicate(*dup));
         }
-        let expected = entry.batches.back().map_or(0, |b| next_sequence(b.last_sequence));
+        let expected = entry
+            .batches
+            .back()
+            .map_or(0, |b| next_sequence(b.last_sequence));
         if entry.batches.is_empty() || h.base_sequence == expected {
             Ok(SequenceCheck::Append)
         } else {
-            Err(LogError::OutOfOrderSequence { producer_id: h.producer_id, expected, received: h.base_sequence })
+            Err(LogError::OutOfOrderSequence {
+                producer_id: h.producer_id,
+                expected,
+                received: h.base_sequence,
+            })
         }
     }
 
@@ -146,17 +159,32 @@ mod tests {
             SequenceCheck::Duplicate(m) => assert_eq!((m.first_offset, m.last_offset), (0, 4)),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(s.check(&header(1, 0, 20, 1, -1)), Err(LogError::OutOfOrderSequence { expected: 10, .. })));
-        assert!(matches!(s.check(&header(1, 0, 3, 1, -1)), Err(LogError::OutOfOrderSequence { .. })));
+        assert!(matches!(
+            s.check(&header(1, 0, 20, 1, -1)),
+            Err(LogError::OutOfOrderSequence { expected: 10, .. })
+        ));
+        assert!(matches!(
+            s.check(&header(1, 0, 3, 1, -1)),
+            Err(LogError::OutOfOrderSequence { .. })
+        ));
     }
 
     #[test]
     fn epochs_fence_and_reset() {
         let mut s = ProducerStates::default();
         s.record(&header(1, 3, 0, 1, 0));
-        assert!(matches!(s.check(&header(1, 2, 1, 1, -1)), Err(LogError::InvalidProducerEpoch { .. })));
-        assert!(matches!(s.check(&header(1, 4, 7, 1, -1)), Err(LogError::OutOfOrderSequence { .. })));
-        assert_eq!(s.check(&header(1, 4, 0, 1, -1)).unwrap(), SequenceCheck::Append);
+        assert!(matches!(
+            s.check(&header(1, 2, 1, 1, -1)),
+            Err(LogError::InvalidProducerEpoch { .. })
+        ));
+        assert!(matches!(
+            s.check(&header(1, 4, 7, 1, -1)),
+            Err(LogError::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            s.check(&header(1, 4, 0, 1, -1)).unwrap(),
+            SequenceCheck::Append
+        );
     }
 
     #[test]
@@ -165,7 +193,10 @@ mod tests {
         for i in 0..7 {
             s.record(&header(9, 0, i, 1, i as i64));
         }
-        assert!(matches!(s.check(&header(9, 0, 2, 1, -1)).unwrap(), SequenceCheck::Duplicate(_)));
+        assert!(matches!(
+            s.check(&header(9, 0, 2, 1, -1)).unwrap(),
+            SequenceCheck::Duplicate(_)
+        ));
         assert!(s.check(&header(9, 0, 1, 1, -1)).is_err());
     }
 }

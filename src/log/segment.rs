@@ -70,7 +70,12 @@ pub fn file_name(base_offset: i64, ext: &str) -> String {
 impl Segment {
     pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, LogError> {
         let path = dir.join(file_name(base_offset, "log"));
-        let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
         sync_dir(dir)?;
         Ok(Segment {
             base_offset,
@@ -143,7 +148,9 @@ impl Segment {
         let mut expected_next: Option<i64> = None;
         while pos + HEADER_LEN as u64 <= len {
             self.file.read_exact_at(&mut header_buf, pos)?;
-            let Ok(Some(h)) = BatchHeader::parse(&header_buf) else { break };
+            let Ok(Some(h)) = BatchHeader::parse(&header_buf) else {
+                break;
+            };
             if pos + h.size as u64 > len || expected_next.is_some_and(|n| h.base_offset < n) {
                 break;
             }
@@ -171,7 +178,8 @@ impl Segment {
 
     fn track(&mut self, h: &BatchHeader, pos: u64) {
         let rel = (h.base_offset - self.base_offset) as u32;
-        self.index.on_append(rel, pos as u32, h.size as u32, h.max_timestamp);
+        self.index
+            .on_append(rel, pos as u32, h.size as u32, h.max_timestamp);
         if h.max_timestamp > self.max_timestamp {
             self.max_timestamp = h.max_timestamp;
             self.max_timestamp_position = pos;
@@ -185,14 +193,24 @@ impl Segment {
         let mut idx = SegmentIndex::default();
         self.scan(0, |loc| {
             let rel = (loc.header.base_offset - self.base_offset) as u32;
-            idx.on_append(rel, loc.position as u32, loc.header.size as u32, loc.header.max_timestamp);
+            idx.on_append(
+                rel,
+                loc.position as u32,
+                loc.header.size as u32,
+                loc.header.max_timestamp,
+            );
             true
         })?;
         Ok(idx)
     }
 
     /// Appends a stamped batch. The caller has validated it and assigned offsets.
-    pub fn append(&mut self, stamped: &[u8], header: &BatchHeader, now_ms: i64) -> Result<(), LogError> {
+    pub fn append(
+        &mut self,
+        stamped: &[u8],
+        header: &BatchHeader,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
         debug_assert!(self.meta.is_none(), "append to a sealed segment");
         if self.size == 0 {
             // segment.ms counts from the first batch, not from when the file was made.
@@ -224,7 +242,8 @@ impl Segment {
             created_ms: self.created_ms,
             sealed_ms: now_ms,
         };
-        let json = serde_json::to_vec_pretty(&meta).map_err(|e| LogError::Corrupt(e.to_string()))?;
+        let json =
+            serde_json::to_vec_pretty(&meta).map_err(|e| LogError::Corrupt(e.to_string()))?;
         write_synced(&self.dir.join(file_name(self.base_offset, "meta")), &json)?;
         sync_dir(&self.dir)?;
         self.meta = Some(meta);
@@ -234,7 +253,10 @@ impl Segment {
     /// A lock-free view of the bytes written so far; sealed bytes never
     /// change and the head only grows, so the view stays valid.
     pub fn reader(&self) -> SegmentReader {
-        SegmentReader { file: self.file.clone(), size: self.size }
+        SegmentReader {
+            file: self.file.clone(),
+            size: self.size,
+        }
     }
 
     /// Position from which to scan for `offset`.
@@ -285,7 +307,10 @@ impl Segment {
     }
 
     fn index_paths(&self) -> (PathBuf, PathBuf) {
-        (self.dir.join(file_name(self.base_offset, "index")), self.dir.join(file_name(self.base_offset, "timeindex")))
+        (
+            self.dir.join(file_name(self.base_offset, "index")),
+            self.dir.join(file_name(self.base_offset, "timeindex")),
+        )
     }
 
     /// Removes every file of the segment.
@@ -307,7 +332,11 @@ pub struct SegmentReader {
 
 impl SegmentReader {
     /// Visits batch headers from `position` on until `f` returns false.
-    pub fn scan(&self, mut position: u64, mut f: impl FnMut(Located) -> bool) -> Result<(), LogError> {
+    pub fn scan(
+        &self,
+        mut position: u64,
+        mut f: impl FnMut(Located) -> bool,
+    ) -> Result<(), LogError> {
         let mut header_buf = [0u8; HEADER_LEN];
         while position + HEADER_LEN as u64 <= self.size {
             self.file.read_exact_at(&mut header_buf, position)?;
@@ -331,7 +360,11 @@ impl SegmentReader {
         self.find(position, |h| h.max_timestamp >= timestamp)
     }
 
-    fn find(&self, position: u64, pred: impl Fn(&BatchHeader) -> bool) -> Result<Option<Located>, LogError> {
+    fn find(
+        &self,
+        position: u64,
+        pred: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<Located>, LogError> {
         let mut found = None;
         self.scan(position, |loc| {
             if pred(&loc.header) {
@@ -379,6 +412,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
 mod tests {
     use super::*;
     use crate::log::batch::{stamp, tests::make_batch};
+    use std::io::Write;
 
     fn append_n(seg: &mut Segment, n: usize) {
         for _ in 0..n {
@@ -428,11 +462,23 @@ mod tests {
         let mut seg = Segment::create(dir.path(), 10, 0).unwrap();
         append_n(&mut seg, 100);
         seg.seal(5).unwrap();
-        let expected = seg.reader().locate(seg.index_position(51), 51).unwrap().unwrap().position;
+        let expected = seg
+            .reader()
+            .locate(seg.index_position(51), 51)
+            .unwrap()
+            .unwrap()
+            .position;
         std::fs::remove_file(dir.path().join(file_name(10, "index"))).unwrap();
         let seg = Segment::open(dir.path(), 10, 0).unwrap();
         assert_eq!(seg.meta().unwrap().next_offset, 210);
-        assert_eq!(seg.reader().locate(seg.index_position(51), 51).unwrap().unwrap().position, expected);
+        assert_eq!(
+            seg.reader()
+                .locate(seg.index_position(51), 51)
+                .unwrap()
+                .unwrap()
+                .position,
+            expected
+        );
         assert!(dir.path().join(file_name(10, "index")).exists());
     }
 }

@@ -39,11 +39,25 @@ impl Server {
         let broker = Arc::new(Broker::new(Arc::new(catalog), &config, host.clone(), port));
         let (stop, stop_rx) = watch::channel(false);
         if config.fsync == FsyncPolicy::Interval {
-            tokio::spawn(flush_periodically(broker.clone(), config.fsync_interval(), stop_rx.clone()));
+            tokio::spawn(flush_periodically(
+                broker.clone(),
+                config.fsync_interval(),
+                stop_rx.clone(),
+            ));
         }
-        let accept = tokio::spawn(accept_loop(listener, broker.clone(), config.max_request_bytes, stop_rx));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            broker.clone(),
+            config.max_request_bytes,
+            stop_rx,
+        ));
         tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
-        Ok(Server { local_addr, broker, stop, accept })
+        Ok(Server {
+            local_addr,
+            broker,
+            stop,
+            accept,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -75,7 +89,12 @@ impl Server {
     }
 }
 
-async fn accept_loop(listener: TcpListener, broker: Arc<Broker>, max_frame: usize, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    max_frame: usize,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -93,7 +112,11 @@ async fn accept_loop(listener: TcpListener, broker: Arc<Broker>, max_frame: usiz
     }
 }
 
-async fn flush_periodically(broker: Arc<Broker>, every: std::time::Duration, mut stop: watch::Receiver<bool>) {
+async fn flush_periodically(
+    broker: Arc<Broker>,
+    every: std::time::Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(every);
     loop {
         tokio::select! {
