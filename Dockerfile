@@ -1,0 +1,12 @@
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --bin strata
+
+FROM debian:bookworm-slim
+COPY --from=build /src/target/release/strata /usr/local/bin/strata
+VOLUME /data
+EXPOSE 9092
+ENV STRATA_DATA_DIR=/data STRATA_LISTEN=0.0.0.0:9092
+ENTRYPOINT ["strata", "serve"]
