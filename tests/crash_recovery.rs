@@ -69,7 +69,7 @@ async fn acknowledged_records_survive_kill_minus_nine() {
                     }
                 });
                 i += 1;
-                if i % 50 == 0 {
+                if i.is_multiple_of(50) {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
             }

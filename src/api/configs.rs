@@ -25,6 +25,9 @@ pub const CONFIG_SOURCE_TOPIC: i8 = 1;
 const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
 pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
 
+/// An error code and message for one resource.
+type Failure = (i16, String);
+
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
@@ -171,7 +174,7 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
     ]
 }
 
-fn not_a_topic(resource_type: i8) -> (i16, String) {
+fn not_a_topic(resource_type: i8) -> Failure {
     if resource_type == RESOURCE_BROKER {
         (
             ResponseError::InvalidRequest.code(),
@@ -185,7 +188,7 @@ fn not_a_topic(resource_type: i8) -> (i16, String) {
     }
 }
 
-fn error_pair(e: CatalogError) -> (i16, String) {
+fn error_pair(e: CatalogError) -> Failure {
     (catalog_error_code(&e), e.to_string())
 }
 
@@ -269,7 +272,7 @@ fn incremental_changes(
     broker: &Broker,
     topic: &str,
     ops: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
-) -> Result<Vec<(String, Option<String>)>, (i16, String)> {
+) -> Result<Vec<(String, Option<String>)>, Failure> {
     let current = broker
         .catalog
         .topic(topic)

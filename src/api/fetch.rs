@@ -24,7 +24,15 @@ use crate::log::Partition;
 struct Wanted {
     topic_name: TopicName,
     topic_id: Uuid,
-    partitions: Vec<(i32, i64, i32, Result<Arc<Partition>, i16>)>,
+    partitions: Vec<WantedPartition>,
+}
+
+struct WantedPartition {
+    index: i32,
+    offset: i64,
+    max_bytes: i32,
+    /// The partition, or the error code to answer with.
+    partition: Result<Arc<Partition>, i16>,
 }
 
 pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
@@ -60,7 +68,12 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
                             .ok_or(ResponseError::UnknownTopicOrPartition.code()),
                         Err(code) => Err(*code),
                     };
-                    (fp.partition, fp.fetch_offset, fp.partition_max_bytes, p)
+                    WantedPartition {
+                        index: fp.partition,
+                        offset: fp.fetch_offset,
+                        max_bytes: fp.partition_max_bytes,
+                        partition: p,
+                    }
                 })
                 .collect();
             Wanted {
@@ -85,7 +98,7 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
             .flat_map(|w| {
                 w.partitions
                     .iter()
-                    .filter_map(|(_, _, _, p)| p.as_ref().ok().map(|p| p.subscribe()))
+                    .filter_map(|wp| wp.partition.as_ref().ok().map(|p| p.subscribe()))
             })
             .collect();
         let (topics, bytes, errors) = read_all(&wanted, max_bytes, version);
@@ -115,13 +128,13 @@ fn read_all(
             let partitions = w
                 .partitions
                 .iter()
-                .map(|(index, offset, partition_max, p)| {
-                    let base = PartitionData::default().with_partition_index(*index);
-                    let result = p.as_ref().map_err(|c| *c).and_then(|p| {
-                        let budget = (*partition_max).max(0) as usize;
-                        let budget = budget.min(max_bytes.saturating_sub(total));
+                .map(|wp| {
+                    let base = PartitionData::default().with_partition_index(wp.index);
+                    let result = wp.partition.as_ref().map_err(|c| *c).and_then(|p| {
+                        let budget =
+                            (wp.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
                         // KIP-74: the first batch of the response is returned whole, whatever its size.
-                        p.read(*offset, budget, total == 0)
+                        p.read(wp.offset, budget, total == 0)
                             .map_err(|e| log_error_code(&e))
                     });
                     match result {

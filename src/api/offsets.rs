@@ -41,6 +41,10 @@ pub fn list_offsets(
                     else {
                         return resp.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                     };
+                    if p.timestamp < EARLIEST_LOCAL {
+                        // -5 (latest tiered) and beyond belong to versions not advertised.
+                        return resp.with_error_code(ResponseError::InvalidRequest.code());
+                    }
                     match lookup(&partition, p.timestamp) {
                         Ok(Some((offset, timestamp))) => resp
                             .with_offset(offset)
