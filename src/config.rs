@@ -56,6 +56,46 @@ pub struct BrokerConfig {
     #[arg(long, env = "STRATA_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
 
+    /// Delay of the first rebalance of an empty group (group.initial.rebalance.delay.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        default_value_t = 3000
+    )]
+    pub group_initial_rebalance_delay_ms: u64,
+
+    /// Smallest session.timeout.ms a consumer may ask for (group.min.session.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_MIN_SESSION_TIMEOUT_MS",
+        default_value_t = 6000
+    )]
+    pub group_min_session_timeout_ms: u64,
+
+    /// Largest session.timeout.ms a consumer may ask for (group.max.session.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_MAX_SESSION_TIMEOUT_MS",
+        default_value_t = 1_800_000
+    )]
+    pub group_max_session_timeout_ms: u64,
+
+    /// How long committed offsets of an empty group are kept (offsets.retention.minutes).
+    #[arg(
+        long,
+        env = "STRATA_OFFSETS_RETENTION_MINUTES",
+        default_value_t = 10080
+    )]
+    pub offsets_retention_minutes: u64,
+
+    /// How often expired offsets are removed (offsets.retention.check.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_OFFSETS_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 600_000
+    )]
+    pub offsets_retention_check_interval_ms: u64,
+
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -82,6 +122,18 @@ impl BrokerConfig {
             self.listen.ip().to_string()
         };
         (host, self.listen.port() as i32)
+    }
+
+    pub fn coordinator(&self) -> crate::coordinator::CoordinatorConfig {
+        crate::coordinator::CoordinatorConfig {
+            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+            min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
+            max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
+            offsets_retention: Duration::from_secs(self.offsets_retention_minutes * 60),
+            // Kafka's offset.metadata.max.bytes.
+            max_metadata_bytes: 4096,
+            wait_for_fsync: self.fsync == FsyncPolicy::Always,
+        }
     }
 
     pub fn fsync_interval(&self) -> Duration {

@@ -10,5 +10,6 @@
 pub mod api;
 pub mod catalog;
 pub mod config;
+pub mod coordinator;
 pub mod log;
 pub mod server;

@@ -11,6 +11,7 @@
 mod configs;
 mod error;
 mod fetch;
+mod groups;
 mod metadata;
 mod offsets;
 mod produce;
@@ -28,6 +29,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::catalog::Catalog;
 use crate::config::{BrokerConfig, FsyncPolicy};
+use crate::coordinator::GroupCoordinator;
 
 pub use versions::SUPPORTED_APIS;
 
@@ -52,6 +54,7 @@ pub enum FrameError {
 /// What the handlers need to know about this broker.
 pub struct Broker {
     pub catalog: Arc<Catalog>,
+    pub coordinator: Arc<GroupCoordinator>,
     pub node_id: i32,
     pub host: String,
     pub port: i32,
@@ -62,9 +65,16 @@ pub struct Broker {
 }
 
 impl Broker {
-    pub fn new(catalog: Arc<Catalog>, config: &BrokerConfig, host: String, port: i32) -> Broker {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        coordinator: Arc<GroupCoordinator>,
+        config: &BrokerConfig,
+        host: String,
+        port: i32,
+    ) -> Broker {
         Broker {
             catalog,
+            coordinator,
             node_id: config.node_id,
             host,
             port,
@@ -75,8 +85,12 @@ impl Broker {
         }
     }
 
-    /// Handles one request frame (without its length prefix).
-    pub fn handle_frame(self: &Arc<Self>, frame: Bytes) -> Result<Reply, FrameError> {
+    /// Handles one request frame (without its length prefix) from `client_host`.
+    pub fn handle_frame(
+        self: &Arc<Self>,
+        frame: Bytes,
+        client_host: &str,
+    ) -> Result<Reply, FrameError> {
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
         }
@@ -184,6 +198,78 @@ impl Broker {
                 &configs::incremental_alter_configs(self, r),
                 version,
             )),
+            RequestKind::FindCoordinator(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::find_coordinator(self, r, version),
+                version,
+            )),
+            RequestKind::JoinGroup(r) => {
+                let broker = self.clone();
+                let client_id = header.client_id.map(|c| c.to_string()).unwrap_or_default();
+                let client_host = format!("/{client_host}");
+                Box::pin(async move {
+                    let resp =
+                        groups::join_group(&broker, r, version, &client_id, &client_host).await;
+                    encode_frame(cid, rh, &resp, version)
+                })
+            }
+            RequestKind::SyncGroup(r) => {
+                let broker = self.clone();
+                Box::pin(async move {
+                    encode_frame(
+                        cid,
+                        rh,
+                        &groups::sync_group(&broker, r, version).await,
+                        version,
+                    )
+                })
+            }
+            RequestKind::Heartbeat(r) => {
+                ready(encode_frame(cid, rh, &groups::heartbeat(self, r), version))
+            }
+            RequestKind::LeaveGroup(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::leave_group(self, r, version),
+                version,
+            )),
+            RequestKind::OffsetCommit(r) => {
+                let broker = self.clone();
+                Box::pin(async move {
+                    encode_frame(cid, rh, &groups::offset_commit(&broker, r).await, version)
+                })
+            }
+            RequestKind::OffsetFetch(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::offset_fetch(self, r, version),
+                version,
+            )),
+            RequestKind::ListGroups(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::list_groups(self, r, version),
+                version,
+            )),
+            RequestKind::DescribeGroups(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::describe_groups(self, r, version),
+                version,
+            )),
+            RequestKind::DeleteGroups(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::delete_groups(self, r),
+                version,
+            )),
+            RequestKind::OffsetDelete(r) => ready(encode_frame(
+                cid,
+                rh,
+                &groups::offset_delete(self, r),
+                version,
+            )),
             RequestKind::InitProducerId(r) => ready(encode_frame(
                 cid,
                 rh,
@@ -215,7 +301,7 @@ fn encode_frame<T: Encodable + std::fmt::Debug>(
         .and_then(|_| body.encode(&mut buf, version));
     if let Err(e) = result {
         // Our bug, not the client's: say so loudly and drop the connection.
-        tracing::error!(error = %e, version, "could not encode response");
+        tracing::error!(error = %e, version, response = std::any::type_name::<T>(), "could not encode response");
         return None;
     }
     let len = (buf.len() - 4) as i32;

@@ -20,11 +20,7 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn list_offsets(
-    broker: &Broker,
-    req: ListOffsetsRequest,
-    _version: i16,
-) -> ListOffsetsResponse {
+pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let topics = req
         .topics
         .into_iter()
@@ -49,7 +45,7 @@ pub fn list_offsets(
                         Ok(Some((offset, timestamp))) => resp
                             .with_offset(offset)
                             .with_timestamp(timestamp)
-                            .with_leader_epoch(0),
+                            .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
                         Ok(None) => resp.with_offset(-1).with_timestamp(-1),
                         Err(e) => resp.with_error_code(log_error_code(&e)),
                     }

@@ -39,6 +39,9 @@ pub fn produce(
                 .and_then(|t| t.partition(pd.index).map(|p| (t, p)));
             let result = if ![-1, 0, 1].contains(&acks) {
                 Err((ResponseError::InvalidRequiredAcks.code(), None))
+            } else if topic.as_ref().is_some_and(|t| t.is_internal()) {
+                // Only the broker writes its internal topics.
+                Err((ResponseError::InvalidTopicException.code(), None))
             } else if let Some((topic, partition)) = target {
                 append_one(broker, &partition, &topic.append_config(), pd.records)
                     .map(|out| (out, partition))

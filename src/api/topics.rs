@@ -116,7 +116,10 @@ pub fn delete_topics(
             let name =
                 name.or_else(|| broker.catalog.topic_by_id(id).map(|t| t.name().to_string()));
             let result = match &name {
-                Some(n) => broker.catalog.delete_topic(n),
+                Some(n) => broker
+                    .catalog
+                    .delete_topic(n)
+                    .inspect(|_| broker.coordinator.forget_topic(n)),
                 None => Err(CatalogError::UnknownTopic),
             };
             let mut resp = DeletableTopicResult::default()

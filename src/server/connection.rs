@@ -19,6 +19,7 @@ const MAX_IN_FLIGHT: usize = 64;
 
 pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
     let peer = stream.peer_addr().ok();
+    let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
@@ -49,7 +50,7 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
                 break;
             }
         };
-        match broker.handle_frame(frame) {
+        match broker.handle_frame(frame, &client_host) {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
                     break;

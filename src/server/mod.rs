@@ -6,6 +6,7 @@ pub mod frame;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -14,6 +15,7 @@ use tokio::task::JoinHandle;
 use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::config::{BrokerConfig, FsyncPolicy};
+use crate::coordinator::GroupCoordinator;
 
 pub struct Server {
     local_addr: SocketAddr,
@@ -26,7 +28,13 @@ impl Server {
     /// Opens the data directory (recovering every partition) and starts listening.
     pub async fn start(config: BrokerConfig) -> anyhow::Result<Server> {
         let data_dir = config.data_dir.clone();
-        let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
+        let coordinator_config = config.coordinator();
+        let (catalog, coordinator) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let catalog = Arc::new(Catalog::open(&data_dir)?);
+            let coordinator = GroupCoordinator::open(catalog.clone(), coordinator_config)?;
+            Ok((catalog, Arc::new(coordinator)))
+        })
+        .await??;
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let (host, port) = match &config.advertised_listener {
@@ -36,8 +44,21 @@ impl Server {
                 (host, local_addr.port() as i32)
             }
         };
-        let broker = Arc::new(Broker::new(Arc::new(catalog), &config, host.clone(), port));
+        let broker = Arc::new(Broker::new(
+            catalog,
+            coordinator.clone(),
+            &config,
+            host.clone(),
+            port,
+        ));
         let (stop, stop_rx) = watch::channel(false);
+        let retention_check =
+            Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
+        tokio::spawn(run_coordinator_timers(
+            coordinator,
+            retention_check,
+            stop_rx.clone(),
+        ));
         if config.fsync == FsyncPolicy::Interval {
             tokio::spawn(flush_periodically(
                 broker.clone(),
@@ -127,6 +148,28 @@ async fn flush_periodically(
                         tracing::error!(dir = %p.dir().display(), error = %e, "background fsync failed");
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Drives group timeouts (sessions, rebalances) and offset expiry.
+async fn run_coordinator_timers(
+    coordinator: Arc<GroupCoordinator>,
+    retention_check: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut last_expiry = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                let expire = last_expiry.elapsed() >= retention_check;
+                if expire {
+                    last_expiry = Instant::now();
+                }
+                coordinator.tick(expire);
             }
         }
     }

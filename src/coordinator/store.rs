@@ -1,0 +1,132 @@
+//! The coordinator's state lives in the `__consumer_offsets` topic: every
+//! change is a keyed record appended to it, and startup replays it. The
+//! topic is compacted by key, so the newest record per key is all that
+//! recovery needs; there is no second store.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use super::records::RecordKey;
+use crate::catalog::{Catalog, CatalogError};
+use crate::log::batch::BatchHeader;
+use crate::log::{now_ms, AppendConfig, LogError, Partition};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+pub struct OffsetsStore {
+    partition: Arc<Partition>,
+    append_config: AppendConfig,
+    wait_for_fsync: bool,
+}
+
+impl OffsetsStore {
+    /// Opens the offsets topic, creating it on first start.
+    pub fn open(catalog: &Catalog, wait_for_fsync: bool) -> Result<OffsetsStore, CatalogError> {
+        let topic = match catalog.topic(OFFSETS_TOPIC) {
+            Some(t) => t,
+            None => catalog.create_topic(
+                OFFSETS_TOPIC,
+                1,
+                1,
+                &[
+                    ("cleanup.policy", Some("compact")),
+                    ("segment.bytes", Some("104857600")),
+                ],
+            )?,
+        };
+        let partition = topic.partition(0).ok_or(CatalogError::UnknownTopic)?;
+        let append_config = AppendConfig {
+            max_message_bytes: usize::MAX,
+            ..topic.append_config()
+        };
+        Ok(OffsetsStore {
+            partition,
+            append_config,
+            wait_for_fsync,
+        })
+    }
+
+    /// Appends records as one batch; returns the end offset to wait for.
+    pub fn append(&self, records: &[(RecordKey, Option<Bytes>)]) -> Result<i64, LogError> {
+        if records.is_empty() {
+            return Ok(self.partition.end_offset());
+        }
+        let now = now_ms();
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1 + i as i32,
+                timestamp: now,
+                key: Some(key.encode()),
+                value: value.clone(),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| LogError::Corrupt(e.to_string()))?;
+        Ok(self
+            .partition
+            .append(&buf, &self.append_config)?
+            .last_offset
+            + 1)
+    }
+
+    /// Waits until appends up to `end` are durable, when the fsync policy asks for it.
+    pub async fn durable(&self, end: i64) -> Result<(), LogError> {
+        if self.wait_for_fsync {
+            self.partition.wait_durable(end).await?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f` for every record from the start of the log, in order.
+    pub fn replay(&self, mut f: impl FnMut(RecordKey, Option<Bytes>)) -> Result<(), LogError> {
+        let mut offset = self.partition.log_start_offset();
+        loop {
+            let slice = self.partition.read(offset, 1 << 20, true)?;
+            if slice.records.is_empty() {
+                return Ok(());
+            }
+            let mut next = offset;
+            let mut pos = 0;
+            while let Ok(Some(h)) = BatchHeader::parse(&slice.records[pos..]) {
+                next = h.last_offset() + 1;
+                pos += h.size;
+            }
+            let mut data = slice.records;
+            let sets = RecordBatchDecoder::decode_all(&mut data)
+                .map_err(|e| LogError::Corrupt(e.to_string()))?;
+            offset = next;
+            for record in sets.into_iter().flat_map(|s| s.records) {
+                let Some(key) = record.key else { continue };
+                match RecordKey::decode(&key) {
+                    Ok(k) => f(k, record.value),
+                    Err(e) => {
+                        tracing::warn!(error = %e, offset = record.offset, "skipping unreadable offsets record")
+                    }
+                }
+            }
+        }
+    }
+}
