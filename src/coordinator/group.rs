@@ -337,7 +337,7 @@ impl Group {
         // A restarted static member: it takes over its old identity under a new
         // member id, and the old incarnation is fenced.
         let new_id = format!("{iid}-{}", uuid::Uuid::new_v4());
-        let was_leader = self.leader.as_deref() == Some(old_id.as_str());
+        let current_leader = self.leader.clone();
         let changed;
         {
             let m = self.member_mut(&old_id).expect("static member present");
@@ -356,13 +356,18 @@ impl Group {
             m.client_host = p.client_host.clone();
             m.last_seen = now;
         }
-        if was_leader {
+        if current_leader.as_deref() == Some(old_id.as_str()) {
             self.leader = Some(new_id.clone());
         }
         self.dirty = true;
         match self.state {
-            GroupState::Stable if !changed && !was_leader => {
-                Pending::Ready(Ok(self.join_result(&new_id, false)))
+            GroupState::Stable if !changed => {
+                // As in Kafka: no rebalance, and the reply names the previous
+                // leader id, so even a returning leader just syncs its
+                // existing assignment instead of computing a new one.
+                let mut result = self.join_result(&new_id, false);
+                result.leader = current_leader.unwrap_or_default();
+                Pending::Ready(Ok(result))
             }
             GroupState::PreparingRebalance => self.await_join(&new_id, now, now_ms),
             _ => {

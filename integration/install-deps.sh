@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Idempotently install what the non-Java integration suites need:
+#   - kcat (Debian package; bookworm ships kcat 1.7.1 on librdkafka 2.0.2, which is
+#     deliberately the old client we want to stay compatible with)
+#   - the Python client libraries pinned in integration/python/requirements.txt
+# The Java suite (integration/java) resolves its own dependencies through Maven.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+if ! command -v kcat >/dev/null 2>&1; then
+  echo "installing kcat via apt" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null
+fi
+kcat -V 2>&1 | grep -m1 -i 'librdkafka' >&2 || true
+
+PY="${PYTHON:-python3}"
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+  echo "pip is not available for $PY" >&2
+  exit 1
+fi
+# pip is a no-op when the pinned versions are already installed.
+"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$HERE/python/requirements.txt"
+echo "integration dependencies installed" >&2

@@ -1,0 +1,181 @@
+"""kafka-python against the strata broker (no consumer groups: group_id=None + assign)."""
+
+import time
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import codec as kcodec
+from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
+from kafka.errors import (InvalidPartitionsError, TopicAlreadyExistsError,
+                          UnknownTopicOrPartitionError)
+
+from helpers import TIMEOUT, wait_until
+
+TIMEOUT_MS = int(TIMEOUT * 1000)
+
+CODEC_AVAILABLE = {
+    None: True,
+    "gzip": kcodec.has_gzip(),
+    "snappy": kcodec.has_snappy(),
+    "lz4": kcodec.has_lz4(),
+    "zstd": kcodec.has_zstd(),
+}
+
+
+def admin_client(bootstrap):
+    return KafkaAdminClient(bootstrap_servers=bootstrap, client_id="strata-it-admin",
+                            request_timeout_ms=TIMEOUT_MS)
+
+
+def create_topic(admin, topic, partitions=1, configs=None):
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                  topic_configs=configs or {})], timeout_ms=TIMEOUT_MS)
+    wait_until(lambda: topic in admin.list_topics(), what=f"{topic} in list_topics")
+
+
+def make_consumer(bootstrap, **kw):
+    return KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                         auto_offset_reset="earliest", check_crcs=True,
+                         request_timeout_ms=TIMEOUT_MS + 5000, **kw)
+
+
+def poll_n(consumer, n, timeout=TIMEOUT):
+    out = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=500)
+        for recs in batch.values():
+            out.extend(recs)
+    assert len(out) == n, f"consumed {len(out)} of {n} records within {timeout}s"
+    return out
+
+
+def test_admin_create_list_describe_delete(bootstrap, topic_name):
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=2, configs={"retention.ms": "123456789"})
+
+        with pytest.raises(TopicAlreadyExistsError):
+            admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1)],
+                                timeout_ms=TIMEOUT_MS)
+
+        (desc,) = admin.describe_topics([topic_name])
+        assert desc["name"] == topic_name
+        assert desc["error_code"] == 0
+        assert sorted(p["partition_index"] for p in desc["partitions"]) == [0, 1]
+        for p in desc["partitions"]:
+            assert p["error_code"] == 0
+            assert p["leader_id"] >= 0
+            assert p["replica_nodes"] == [p["leader_id"]]
+            assert p["isr_nodes"] == [p["leader_id"]]
+
+        admin.create_partitions({topic_name: NewPartitions(total_count=3)}, timeout_ms=TIMEOUT_MS)
+
+        def three():
+            (d,) = admin.describe_topics([topic_name])
+            return len(d["partitions"]) == 3
+
+        wait_until(three, what=f"{topic_name} with 3 partitions")
+
+        with pytest.raises(InvalidPartitionsError):
+            admin.create_partitions({topic_name: NewPartitions(total_count=2)},
+                                    timeout_ms=TIMEOUT_MS)
+
+        admin.delete_topics([topic_name], timeout_ms=TIMEOUT_MS)
+        wait_until(lambda: topic_name not in admin.list_topics(),
+                   what=f"{topic_name} gone from list_topics")
+
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.delete_topics([topic_name], timeout_ms=TIMEOUT_MS)
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"],
+                         ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_produce_consume(bootstrap, topic_name, codec):
+    if not CODEC_AVAILABLE[codec]:
+        pytest.skip(f"kafka-python has no {codec} codec library installed")
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name)
+    finally:
+        admin.close()
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type=codec,
+                             linger_ms=20, request_timeout_ms=TIMEOUT_MS)
+    expected = []
+    futures = []
+    try:
+        for i in range(150):
+            key = None if i % 10 == 3 else b"k%d" % i
+            value = None if i % 10 == 7 else (b"value-%d " % i) * (1 + i % 8)
+            headers = [("idx", str(i).encode()), ("kind", b"py")] if i % 2 == 0 else []
+            expected.append((key, value, headers))
+            futures.append(producer.send(topic_name, key=key, value=value, headers=headers,
+                                         partition=0))
+        producer.flush(timeout=TIMEOUT)
+        metas = [f.get(timeout=TIMEOUT) for f in futures]
+    finally:
+        producer.close(timeout=5)
+    assert [m.offset for m in metas] == list(range(150))
+    assert all(m.partition == 0 and m.topic == topic_name for m in metas)
+
+    tp = TopicPartition(topic_name, 0)
+    consumer = make_consumer(bootstrap)
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        recs = poll_n(consumer, 150)
+    finally:
+        consumer.close()
+    assert [r.offset for r in recs] == list(range(150))
+    for r, (key, value, headers) in zip(recs, expected):
+        assert r.key == key, f"offset {r.offset}"
+        assert r.value == value, f"offset {r.offset}"
+        assert list(r.headers) == headers, f"offset {r.offset}"
+        assert r.timestamp_type == 0  # CreateTime
+
+
+def test_offset_queries_and_seek(bootstrap, topic_name):
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=2)
+    finally:
+        admin.close()
+    base = int(time.time() * 1000) - 60_000
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                             request_timeout_ms=TIMEOUT_MS)
+    try:
+        fs = [producer.send(topic_name, value=b"t%d" % i, partition=0,
+                            timestamp_ms=base + i * 1000) for i in range(5)]
+        fs.append(producer.send(topic_name, value=b"p1", partition=1, timestamp_ms=base))
+        producer.flush(timeout=TIMEOUT)
+        [f.get(timeout=TIMEOUT) for f in fs]
+    finally:
+        producer.close(timeout=5)
+
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    consumer = make_consumer(bootstrap)
+    try:
+        assert consumer.beginning_offsets([tp0, tp1]) == {tp0: 0, tp1: 0}
+        assert consumer.end_offsets([tp0, tp1]) == {tp0: 5, tp1: 1}
+
+        r = consumer.offsets_for_times({tp0: base + 1500, tp1: base})
+        assert (r[tp0].offset, r[tp0].timestamp) == (2, base + 2000)
+        assert (r[tp1].offset, r[tp1].timestamp) == (0, base)
+        r = consumer.offsets_for_times({tp0: base + 10_000})
+        assert r[tp0] is None
+
+        consumer.assign([tp0])
+        consumer.seek(tp0, 3)
+        recs = poll_n(consumer, 2)
+        assert [(x.offset, x.value, x.timestamp) for x in recs] == \
+            [(3, b"t3", base + 3000), (4, b"t4", base + 4000)]
+
+        consumer.seek_to_beginning(tp0)
+        recs = poll_n(consumer, 5)
+        assert [x.value for x in recs] == [b"t%d" % i for i in range(5)]
+        assert consumer.position(tp0) == 5
+    finally:
+        consumer.close()
