@@ -629,3 +629,35 @@ async fn resolve<T>(pending: Pending<T>) -> Result<T, CoordinatorError> {
             .unwrap_or(Err(CoordinatorError::RebalanceInProgress)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offset(ts: i64) -> OffsetValue {
+        OffsetValue {
+            offset: 1,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp: ts,
+        }
+    }
+
+    #[test]
+    fn offsets_of_empty_groups_expire_after_retention() {
+        // A group that had members: retention counts from when it became empty.
+        let mut g = Group::new("g", 1_000);
+        g.protocol_type = Some("consumer".into());
+        g.offsets.insert(("t".into(), 0), offset(0));
+        assert!(expire(&mut g, 1_500, 1_000).is_empty());
+        assert_eq!(expire(&mut g, 2_000, 1_000).len(), 1);
+        assert!(g.offsets.is_empty());
+        // A standalone committer: each offset counts from its own commit.
+        let mut g = Group::new("s", 0);
+        g.offsets.insert(("t".into(), 0), offset(100));
+        g.offsets.insert(("t".into(), 1), offset(900));
+        let gone = expire(&mut g, 1_200, 1_000);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(g.offsets.len(), 1);
+    }
+}
