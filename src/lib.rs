@@ -12,3 +12,4 @@ pub mod catalog;
 pub mod config;
 pub mod log;
 pub mod server;
+pub mod tier;
