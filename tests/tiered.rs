@@ -38,6 +38,8 @@ fn producer(bootstrap: &str) -> FutureProducer {
         .set("bootstrap.servers", bootstrap)
         .set("acks", "all")
         .set("linger.ms", "2")
+        // Small batches, so that small segments hold several each.
+        .set("batch.size", "2048")
         .set("message.timeout.ms", "60000")
         .create()
         .unwrap()
@@ -89,6 +91,8 @@ fn consume(bootstrap: &str, topic: &str, from: i64, count: usize) -> Vec<(i64, S
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "unused")
         .set("enable.auto.commit", "false")
+        // Small fetches: many round trips through the tiered read path.
+        .set("message.max.bytes", "10000")
         .set("fetch.max.bytes", "20000")
         .set("max.partition.fetch.bytes", "5000")
         .create()

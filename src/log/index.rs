@@ -122,7 +122,7 @@ impl SegmentIndex {
 
     /// Parses the two index files' contents (also as fetched from the object store).
     pub fn from_bytes(offsets: &[u8], times: &[u8]) -> Option<SegmentIndex> {
-        if offsets.len() % 8 != 0 || times.len() % 12 != 0 {
+        if !offsets.len().is_multiple_of(8) || !times.len().is_multiple_of(12) {
             return None;
         }
         let mut idx = SegmentIndex::default();

@@ -380,8 +380,11 @@ impl Tier {
                         .filter(|s| s.next_offset > start)
                         .map(|s| s.size)
                         .sum::<u64>();
-                let candidates: Vec<&TieredSegment> =
-                    live.iter().copied().filter(|s| s.next_offset > start).collect();
+                let candidates: Vec<&TieredSegment> = live
+                    .iter()
+                    .copied()
+                    .filter(|s| s.next_offset > start)
+                    .collect();
                 for s in candidates {
                     if total.saturating_sub(s.size) < retention_bytes as u64 {
                         break;
