@@ -10,9 +10,13 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../lib.sh"
 PY="${PYTHON:-python3}"
 
+# integration/install-deps.sh should install these (moto[server] brings boto3);
+# installing here keeps the suite runnable on its own.
 if ! command -v moto_server >/dev/null 2>&1; then
   "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore 'moto[server]'
 fi
+"$PY" -c 'import confluent_kafka' 2>/dev/null ||
+  "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore confluent-kafka
 
 MOTO_PORT="$(free_port)"
 MOTO_LOG="$(mktemp -t moto-XXXXXX.log)"
@@ -46,6 +50,7 @@ stop_broker          # removes the data directory
 start_broker "${STORE_ARGS[@]}"
 trap cleanup EXIT
 "$PY" "$HERE/check.py" consume
+kcat -b "$BOOTSTRAP" -L >&2 || { cat "$BROKER_DATA/broker.log" >&2; exit 1; }
 count="$(kcat -b "$BOOTSTRAP" -C -t "$TOPIC" -p 0 -o beginning -e -q -f '%s\n' | grep -c '^value-')"
 [ "$count" -eq "$RECORDS" ] || { echo "kcat read $count of $RECORDS records" >&2; exit 1; }
 echo "s3 integration: ok ($RECORDS records back from the bucket after a wiped data dir)"

@@ -24,7 +24,7 @@ const EARLIEST_LOCAL: i64 = -4;
 pub async fn list_offsets(
     broker: &Broker,
     req: ListOffsetsRequest,
-    _version: i16,
+    version: i16,
 ) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(req.topics.len());
     for t in req.topics {
@@ -48,7 +48,8 @@ pub async fn list_offsets(
                 Ok(Some((offset, timestamp))) => resp
                     .with_offset(offset)
                     .with_timestamp(timestamp)
-                    .with_leader_epoch(0),
+                    // The field exists from v4 on; encoding it earlier fails.
+                    .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
                 Ok(None) => resp.with_offset(-1).with_timestamp(-1),
                 Err(e) => resp.with_error_code(log_error_code(&e)),
             });
