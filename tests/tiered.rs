@@ -394,3 +394,63 @@ async fn retention_deletes_tiered_segments_manifest_first() {
     assert_eq!(m.log_start_offset, 1000);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), store.clone(), &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    create_topic(&bootstrap, "trimmed", SEGMENT_CONFIG).await;
+    produce(&bootstrap, "trimmed", 0..1000).await;
+    wait_tiered(&server, "trimmed", 1000).await;
+    let before = server.tier().manifest_of("trimmed", 0).unwrap();
+
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("trimmed", 0, Offset::Offset(555))
+        .unwrap();
+    let res = admin(&bootstrap)
+        .delete_records(&tpl, &AdminOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        res.find_partition("trimmed", 0).unwrap().offset(),
+        Offset::Offset(555)
+    );
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let m = loop {
+        let m = server.tier().manifest_of("trimmed", 0).unwrap();
+        if m.log_start_offset == 555 {
+            break m;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "manifest kept its log start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The segment holding 555 stays; those wholly below it are gone.
+    assert!(m.segments[0].base_offset <= 555 && m.segments[0].next_offset > 555);
+    for s in &before.segments {
+        let exists = store.head(&s.object("log")).await.is_ok();
+        assert_eq!(exists, s.next_offset > 555, "{}", s.key);
+    }
+    check_all(&consume(&bootstrap, "trimmed", 555, 445), 555);
+    server.shutdown().await.unwrap();
+
+    // A wiped broker starts from the manifest's log start offset.
+    let fresh = tempfile::tempdir().unwrap();
+    let server = start(fresh.path(), store, &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "unused")
+        .create()
+        .unwrap();
+    assert_eq!(
+        c.fetch_watermarks("trimmed", 0, TIMEOUT).unwrap(),
+        (555, 1000)
+    );
+    check_all(&consume(&bootstrap, "trimmed", 555, 445), 555);
+    server.shutdown().await.unwrap();
+}
