@@ -664,6 +664,90 @@ mod tests {
         assert_eq!(p.log_start_offset(), 41);
     }
 
+    /// A remote part holding offsets below `end`, answering with a marker.
+    struct FakeRemote {
+        end: i64,
+    }
+
+    impl RemoteLog for FakeRemote {
+        fn end_offset(&self) -> Option<i64> {
+            Some(self.end)
+        }
+        fn read(&self, _: i64, _: usize, _: bool) -> crate::log::RemoteFuture<'_, Bytes> {
+            Box::pin(async { Ok(Bytes::from_static(b"remote")) })
+        }
+        fn offset_for_timestamp(
+            &self,
+            ts: i64,
+            _: i64,
+        ) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
+            Box::pin(async move { Ok((ts <= 1003).then_some((3, 1003))) })
+        }
+        fn max_timestamp(&self, _: i64) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
+            Box::pin(async { Ok(Some((5, 5000))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn offsets_below_released_segments_come_from_the_remote_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        for i in 0..50 {
+            p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
+                .unwrap();
+        }
+        let sealed = p.sealed_segments();
+        let remote_end = sealed[1].next_offset;
+        // Nothing is released before a remote part covers it.
+        assert!(!p.release_local(sealed[0].base_offset).unwrap());
+        p.attach_remote(Arc::new(FakeRemote { end: remote_end }));
+        assert!(p.release_local(sealed[0].base_offset).unwrap());
+        assert!(p.release_local(sealed[1].base_offset).unwrap());
+        assert!(!p.release_local(sealed[2].base_offset).unwrap());
+        assert!(!dir
+            .path()
+            .join(super::super::segment::file_name(0, "log"))
+            .exists());
+
+        assert_eq!(
+            &p.fetch(0, 1000, true).await.unwrap().records[..],
+            b"remote"
+        );
+        assert!(matches!(p.read(0, 1000, true), Err(LogError::Remote(_))));
+        let local = p.fetch(remote_end, 1 << 20, true).await.unwrap();
+        let h = BatchHeader::parse(&local.records).unwrap().unwrap();
+        assert_eq!(h.base_offset, remote_end);
+        // Timestamps: the remote part first; the larger max timestamp wins.
+        assert_eq!(
+            p.find_offset_for_timestamp(1001).await.unwrap(),
+            Some((3, 1003))
+        );
+        assert_eq!(
+            p.find_offset_for_timestamp(1040).await.unwrap(),
+            Some((80, 1040))
+        );
+        assert_eq!(p.find_max_timestamp().await.unwrap(), Some((5, 5000)));
+
+        let flag = Arc::new(AtomicBool::new(false));
+        p.attach_backpressure(flag.clone());
+        flag.store(true, Ordering::Relaxed);
+        assert!(matches!(
+            p.append(&make_batch(1, -1, -1, -1, 1), &cfg()),
+            Err(LogError::Backpressure)
+        ));
+        flag.store(false, Ordering::Relaxed);
+        p.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap();
+        let due = AppendConfig {
+            segment_ms: 0,
+            ..cfg()
+        };
+        assert!(p.roll_if_due(&due).unwrap());
+        assert!(
+            !p.roll_if_due(&due).unwrap(),
+            "an empty segment never rolls"
+        );
+    }
+
     #[test]
     fn idempotent_retry_is_not_appended_twice_even_after_restart() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,10 @@
 //! Rebuilding a lost data directory from the store, before the catalog opens.
 //!
-//! For every topic in the store that the data directory lacks, write its
-//! `topic.json` (same id, partitions and configs); for every partition with a
+//! If the data directory is new (no `cluster.json`), write the `topic.json`
+//! of every topic in the store (same id, partitions and configs). A data
+//! directory that was in use keeps its own topic list: a topic missing there
+//! was deleted, and its leftovers in the store must not bring it back. Then,
+//! for every partition with a
 //! manifest but no local segment, create an empty active segment at the
 //! manifest's end offset and record the manifest's log start offset. The
 //! catalog then opens as usual and the tier serves everything below the
@@ -33,7 +36,8 @@ pub async fn restore(
     let mut restored = Restored::default();
     std::fs::create_dir_all(data_dir.join("topics"))?;
     let cluster = data_dir.join("cluster.json");
-    if !cluster.exists() {
+    let fresh = !cluster.exists();
+    if fresh {
         match store.get(&Path::from("cluster.json")).await {
             Ok(r) => write_synced(&cluster, &r.bytes().await?)?,
             Err(object_store::Error::NotFound { .. }) => {}
@@ -75,6 +79,13 @@ pub async fn restore(
                 continue;
             }
             Some(_) => {}
+            None if !fresh => {
+                tracing::info!(
+                    topic = name,
+                    "topic in the store but deleted locally; not restoring it"
+                );
+                continue;
+            }
             None => {
                 std::fs::create_dir_all(&dir)?;
                 let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
@@ -115,4 +126,111 @@ pub async fn restore(
         }
     }
     Ok(restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Catalog, TopicConfig};
+    use crate::tier::manifest::{Manifest, TieredSegment, WriterEpoch};
+    use crate::tier::topic_prefix;
+    use bytes::Bytes;
+    use object_store::memory::InMemory;
+    use uuid::Uuid;
+
+    /// A store holding topic `t` (2 partitions; partition 0 tiered up to 300
+    /// with log start 120) and a leftover older incarnation of `t`.
+    async fn store_with_topic() -> (Arc<dyn ObjectStore>, Uuid) {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let old = TopicFile {
+            id: Uuid::new_v4(),
+            partitions: 9,
+            config: TopicConfig::default(),
+        };
+        let put = |key: Path, json: Vec<u8>| {
+            let store = store.clone();
+            async move { store.put(&key, Bytes::from(json).into()).await.unwrap() }
+        };
+        put(
+            topic_prefix("t", old.id).child("topic.json"),
+            serde_json::to_vec(&old).unwrap(),
+        )
+        .await;
+        // Modification times must differ for "newest wins".
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let mut config = TopicConfig::default();
+        config.set("retention.ms", Some("123")).unwrap();
+        let file = TopicFile {
+            id: Uuid::new_v4(),
+            partitions: 2,
+            config,
+        };
+        put(
+            topic_prefix("t", file.id).child("topic.json"),
+            serde_json::to_vec(&file).unwrap(),
+        )
+        .await;
+        let w = WriterEpoch::new(1);
+        let m = Manifest::empty(w.clone()).next(&w, |m| {
+            m.log_start_offset = 120;
+            m.segments.push(TieredSegment {
+                key: "k".into(),
+                base_offset: 100,
+                next_offset: 300,
+                max_timestamp: 0,
+                max_timestamp_position: 0,
+                size: 10,
+                level: 0,
+                batch_count: 1,
+            });
+        });
+        ManifestStore::new(
+            store.clone(),
+            partition_prefix("t", file.id, 0).child("manifest"),
+        )
+        .create(&m)
+        .await
+        .unwrap();
+        (store, file.id)
+    }
+
+    #[tokio::test]
+    async fn new_data_dir_gets_topics_and_partitions_that_continue_the_log() {
+        let (store, id) = store_with_topic().await;
+        let dir = tempfile::tempdir().unwrap();
+        let r = restore(&store, dir.path()).await.unwrap();
+        assert_eq!(
+            r,
+            Restored {
+                topics: 1,
+                partitions: 1
+            }
+        );
+        let cat = Catalog::open(dir.path()).unwrap();
+        let t = cat.topic("t").unwrap();
+        assert_eq!((t.id(), t.partition_count()), (id, 2));
+        assert_eq!(t.config().get("retention.ms"), Some(("123", true)));
+        let p0 = t.partition(0).unwrap();
+        assert_eq!((p0.log_start_offset(), p0.end_offset()), (120, 300));
+        let p1 = t.partition(1).unwrap();
+        assert_eq!((p1.log_start_offset(), p1.end_offset()), (0, 0));
+        // Restoring again changes nothing.
+        drop(cat);
+        assert_eq!(
+            restore(&store, dir.path()).await.unwrap(),
+            Restored::default()
+        );
+    }
+
+    #[tokio::test]
+    async fn data_dir_in_use_does_not_resurrect_deleted_topics() {
+        let (store, _) = store_with_topic().await;
+        let dir = tempfile::tempdir().unwrap();
+        drop(Catalog::open(dir.path()).unwrap());
+        assert_eq!(
+            restore(&store, dir.path()).await.unwrap(),
+            Restored::default()
+        );
+        assert!(Catalog::open(dir.path()).unwrap().topic("t").is_none());
+    }
 }
