@@ -454,3 +454,108 @@ async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
     check_all(&consume(&bootstrap, "trimmed", 555, 445), 555);
     server.shutdown().await.unwrap();
 }
+
+/// Not a test but a measurement (the cold-read case of the benchmark):
+/// `cargo test --release --test tiered -- --ignored --nocapture cold_read`.
+/// Consumes N records (default 1M of 100 bytes) once from local segments and
+/// once from segments that are only in a `file://` store, and prints the
+/// ratio and the store requests per GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn cold_read_vs_hot_read() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::sync::atomic::Ordering::Relaxed;
+    let n: usize = std::env::var("STRATA_COLD_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let store_dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store_dir.path().display());
+    // No background passes: the measurement decides when segments tier.
+    let args = ["--store", url.as_str(), "--tier-interval-ms", "3600000"];
+    let server = Server::start(common::config(data.path(), &args))
+        .await
+        .unwrap();
+    let bootstrap = server.local_addr().to_string();
+    create_topic(
+        &bootstrap,
+        "cold",
+        &[("segment.bytes", "67108864"), ("segment.ms", "2000")],
+    )
+    .await;
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("acks", "1")
+        .set("linger.ms", "5")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .unwrap();
+    let payload = vec![b'v'; 100];
+    for _ in 0..n {
+        while let Err((_, _)) = p.send(
+            BaseRecord::<(), _>::to("cold")
+                .payload(&payload)
+                .partition(0),
+        ) {
+            p.poll(Duration::from_millis(5));
+        }
+    }
+    p.flush(Duration::from_secs(120)).unwrap();
+
+    let read_all = |bootstrap: String| {
+        tokio::task::spawn_blocking(move || {
+            let c: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", "unused")
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset("cold", 0, Offset::Beginning)
+                .unwrap();
+            c.assign(&tpl).unwrap();
+            let t0 = std::time::Instant::now();
+            let (mut count, mut bytes) = (0usize, 0usize);
+            while count < n {
+                if let Some(m) = c.poll(Duration::from_millis(500)) {
+                    bytes += m.unwrap().payload().map_or(0, |p| p.len());
+                    count += 1;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(300),
+                    "read {count} of {n}"
+                );
+            }
+            (t0.elapsed(), bytes)
+        })
+    };
+    let (hot, bytes) = read_all(bootstrap.clone()).await.unwrap();
+    // Seal the head (segment.ms) and tier everything.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    server.tier().pass().await;
+    server.tier().pass().await;
+    assert_eq!(
+        local_log_files(data.path(), "cold"),
+        1,
+        "all sealed segments tiered"
+    );
+    let gets_before = server.tier().cache().counters.gets.load(Relaxed);
+    let (cold, _) = read_all(bootstrap).await.unwrap();
+    let stats = &server.tier().stats;
+    let gb = stats.bytes_uploaded.load(Relaxed) as f64 / 1e9;
+    let gets = server.tier().cache().counters.gets.load(Relaxed) - gets_before;
+    println!(
+        "cold read: {n} records ({:.1} MB of values): hot {:.2?} ({:.0} rec/s), cold {:.2?} ({:.0} rec/s), cold/hot throughput {:.2}; GETs/GB {:.0}, PUTs/GB {:.0}",
+        bytes as f64 / 1e6,
+        hot,
+        n as f64 / hot.as_secs_f64(),
+        cold,
+        n as f64 / cold.as_secs_f64(),
+        hot.as_secs_f64() / cold.as_secs_f64(),
+        gets as f64 / gb,
+        stats.puts.load(Relaxed) as f64 / gb,
+    );
+    server.shutdown().await.unwrap();
+}

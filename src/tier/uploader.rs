@@ -92,11 +92,13 @@ impl Tier {
             interval: Duration::from_millis(config.tier_interval_ms.max(10)),
             stats: TierStats::default(),
         });
-        for topic in tier.catalog.topics() {
-            for (i, p) in topic.partitions().iter().enumerate() {
-                tier.entry(&topic, i as i32, p).await?;
-            }
-        }
+        // Until its manifest is loaded a partition cannot tell tiered offsets
+        // from a gap, so the broker does not start without the store.
+        let work = all_partitions(&tier.catalog);
+        futures::stream::iter(work.iter().map(|(t, i, p)| tier.entry(t, *i, p)))
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>()
+            .await?;
         tier.put_cluster_file().await?;
         Ok(tier)
     }
@@ -204,18 +206,7 @@ impl Tier {
         if let Err(e) = self.sync_topics().await {
             tracing::warn!(error = %e, "syncing topic descriptions to the store failed");
         }
-        let work: Vec<(Arc<Topic>, i32, Arc<Partition>)> = self
-            .catalog
-            .topics()
-            .into_iter()
-            .flat_map(|t| {
-                t.partitions()
-                    .into_iter()
-                    .enumerate()
-                    .map(move |(i, p)| (t.clone(), i as i32, p))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let work = all_partitions(&self.catalog);
         // Backpressure is judged before any store call, so a stalled store
         // cannot keep the flag from rising.
         let mut pending = 0u64;
@@ -567,4 +558,19 @@ impl Tier {
         }
         Ok(())
     }
+}
+
+/// Every (topic, partition index, partition) of the catalog.
+fn all_partitions(catalog: &Catalog) -> Vec<(Arc<Topic>, i32, Arc<Partition>)> {
+    catalog
+        .topics()
+        .into_iter()
+        .flat_map(|t| {
+            t.partitions()
+                .into_iter()
+                .enumerate()
+                .map(move |(i, p)| (t.clone(), i as i32, p))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
