@@ -559,3 +559,25 @@ async fn cold_read_vs_hot_read() {
     );
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn internal_topics_stay_local() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), store.clone(), &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    create_topic(&bootstrap, "__internal", SEGMENT_CONFIG).await;
+    create_topic(&bootstrap, "public", SEGMENT_CONFIG).await;
+    produce(&bootstrap, "__internal", 0..300).await;
+    produce(&bootstrap, "public", 0..300).await;
+    wait_tiered(&server, "public", 300).await;
+    assert!(server.tier().manifest_of("__internal", 0).is_none());
+    assert!(local_log_files(data.path(), "__internal") > 2);
+    check_all(&consume(&bootstrap, "__internal", 0, 300), 0);
+    use futures::TryStreamExt;
+    let keys: Vec<_> = store.list(None).try_collect().await.unwrap();
+    assert!(keys
+        .iter()
+        .all(|k| !k.location.as_ref().contains("__internal")));
+    server.shutdown().await.unwrap();
+}
