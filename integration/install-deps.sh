@@ -24,4 +24,6 @@ if ! "$PY" -m pip --version >/dev/null 2>&1; then
 fi
 # pip is a no-op when the pinned versions are already installed.
 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$HERE/python/requirements.txt"
+# moto's S3 server (with boto3) for integration/s3.
+"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore 'moto[server]==5.2.5'
 echo "integration dependencies installed" >&2

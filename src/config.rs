@@ -103,6 +103,46 @@ pub struct BrokerConfig {
     /// Benchmark baseline: acknowledge produce requests without storing them.
     #[arg(long, hide = true)]
     pub null_sink: bool,
+
+    // ---- Tiered storage (src/tier).
+    /// Object store for sealed segments: file:///path, s3://bucket/prefix or
+    /// memory:// (default: file://<data-dir>/objects).
+    #[arg(long, env = "STRATA_STORE")]
+    pub store: Option<String>,
+
+    /// Bytes of object-store blocks kept in memory for reads of tiered segments.
+    #[arg(long, env = "STRATA_CACHE_BYTES", default_value_t = 268_435_456)]
+    pub cache_bytes: u64,
+
+    /// Sealed bytes allowed to wait for upload before produce is refused
+    /// with a retriable error (backpressure instead of filling the disk).
+    #[arg(
+        long,
+        env = "STRATA_MAX_PENDING_UPLOAD_BYTES",
+        default_value_t = 8_589_934_592
+    )]
+    pub max_pending_upload_bytes: u64,
+
+    /// How often the tier scans partitions for segments to roll, upload and expire.
+    #[arg(long, env = "STRATA_TIER_INTERVAL_MS", default_value_t = 500)]
+    pub tier_interval_ms: u64,
+
+    /// S3 endpoint (MinIO, SeaweedFS, Ceph, R2, ...); default: AWS_ENDPOINT_URL or AWS.
+    #[arg(long, env = "STRATA_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// S3 region; default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1.
+    #[arg(long, env = "STRATA_S3_REGION")]
+    pub s3_region: Option<String>,
+
+    /// Allow plain http:// endpoints (default: AWS_ALLOW_HTTP, else false).
+    #[arg(long, env = "STRATA_S3_ALLOW_HTTP", action = clap::ArgAction::Set)]
+    pub s3_allow_http: Option<bool>,
+
+    /// Virtual-hosted-style requests (bucket in the host name); off means
+    /// path-style, which self-hosted S3 servers need.
+    #[arg(long, env = "STRATA_S3_VIRTUAL_HOSTED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_virtual_hosted: bool,
 }
 
 impl BrokerConfig {

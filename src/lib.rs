@@ -13,3 +13,4 @@ pub mod config;
 pub mod coordinator;
 pub mod log;
 pub mod server;
+pub mod tier;

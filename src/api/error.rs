@@ -16,6 +16,8 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         LogError::TransactionsUnsupported => ResponseError::TransactionalIdAuthorizationFailed,
+        // Both retriable for every client: the store is slow or down.
+        LogError::Remote(_) | LogError::Backpressure => ResponseError::KafkaStorageError,
     }
     .code()
 }

@@ -101,69 +101,69 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
                     .filter_map(|wp| wp.partition.as_ref().ok().map(|p| p.subscribe()))
             })
             .collect();
-        let (topics, bytes, errors) = read_all(&wanted, max_bytes, version);
+        let (topics, bytes, errors) = read_all(&wanted, max_bytes, version).await;
         if bytes >= min_bytes || errors || watches.is_empty() || Instant::now() >= deadline {
             return FetchResponse::default().with_responses(topics);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            let (topics, _, _) = read_all(&wanted, max_bytes, version);
+            let (topics, _, _) = read_all(&wanted, max_bytes, version).await;
             return FetchResponse::default().with_responses(topics);
         }
     }
 }
 
 /// One pass over every requested partition. Returns the topics, the bytes of
-/// records gathered and whether any partition failed.
-fn read_all(
+/// records gathered and whether any partition failed. Async because offsets
+/// below the local segments are read from the object store.
+async fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
     version: i16,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut total = 0usize;
     let mut any_error = false;
-    let topics = wanted
-        .iter()
-        .map(|w| {
-            let partitions = w
-                .partitions
-                .iter()
-                .map(|wp| {
-                    let base = PartitionData::default().with_partition_index(wp.index);
-                    let result = wp.partition.as_ref().map_err(|c| *c).and_then(|p| {
-                        let budget =
-                            (wp.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
-                        // KIP-74: the first batch of the response is returned whole, whatever its size.
-                        p.read(wp.offset, budget, total == 0)
-                            .map_err(|e| log_error_code(&e))
-                    });
-                    match result {
-                        Ok(slice) => {
-                            total += slice.records.len();
-                            base.with_high_watermark(slice.high_watermark)
-                                .with_last_stable_offset(slice.high_watermark)
-                                .with_log_start_offset(slice.log_start_offset)
-                                .with_aborted_transactions(Some(Vec::new()))
-                                .with_records(Some(slice.records))
-                        }
-                        Err(code) => {
-                            any_error = true;
-                            base.with_error_code(code)
-                                .with_high_watermark(-1)
-                                .with_last_stable_offset(-1)
-                                .with_log_start_offset(-1)
-                                .with_records(Some(Default::default()))
-                        }
-                    }
-                })
-                .collect();
-            let resp = FetchableTopicResponse::default().with_partitions(partitions);
-            if version >= 13 {
-                resp.with_topic_id(w.topic_id)
-            } else {
-                resp.with_topic(w.topic_name.clone())
-            }
-        })
-        .collect();
+    let mut topics = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let mut partitions = Vec::with_capacity(w.partitions.len());
+        for wp in &w.partitions {
+            let base = PartitionData::default().with_partition_index(wp.index);
+            let result = match wp.partition.as_ref() {
+                Err(c) => Err(*c),
+                Ok(p) => {
+                    let budget =
+                        (wp.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
+                    // KIP-74: the first batch of the response is returned whole, whatever its size.
+                    p.fetch(wp.offset, budget, total == 0)
+                        .await
+                        .map_err(|e| log_error_code(&e))
+                }
+            };
+            partitions.push(match result {
+                Ok(slice) => {
+                    total += slice.records.len();
+                    base.with_high_watermark(slice.high_watermark)
+                        .with_last_stable_offset(slice.high_watermark)
+                        .with_log_start_offset(slice.log_start_offset)
+                        .with_aborted_transactions(Some(Vec::new()))
+                        .with_records(Some(slice.records))
+                }
+                Err(code) => {
+                    any_error = true;
+                    base.with_error_code(code)
+                        .with_high_watermark(-1)
+                        .with_last_stable_offset(-1)
+                        .with_log_start_offset(-1)
+                        .with_records(Some(Default::default()))
+                }
+            });
+        }
+        let resp = FetchableTopicResponse::default().with_partitions(partitions);
+        topics.push(if version >= 13 {
+            resp.with_topic_id(w.topic_id)
+        } else {
+            resp.with_topic(w.topic_name.clone())
+        });
+    }
     (topics, total, any_error)
 }

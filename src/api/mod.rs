@@ -150,12 +150,13 @@ impl Broker {
                     encode_frame(cid, rh, &fetch::fetch(&broker, r, version).await, version)
                 })
             }
-            RequestKind::ListOffsets(r) => ready(encode_frame(
-                cid,
-                rh,
-                &offsets::list_offsets(self, r, version),
-                version,
-            )),
+            RequestKind::ListOffsets(r) => {
+                let broker = self.clone();
+                Box::pin(async move {
+                    let response = offsets::list_offsets(&broker, r, version).await;
+                    encode_frame(cid, rh, &response, version)
+                })
+            }
             RequestKind::DeleteRecords(r) => ready(encode_frame(
                 cid,
                 rh,

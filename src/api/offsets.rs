@@ -20,51 +20,56 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let topic = broker.catalog.topic(t.name.0.as_str());
-            let partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let resp = ListOffsetsPartitionResponse::default()
-                        .with_partition_index(p.partition_index);
-                    let Some(partition) =
-                        topic.as_ref().and_then(|t| t.partition(p.partition_index))
-                    else {
-                        return resp.with_error_code(ResponseError::UnknownTopicOrPartition.code());
-                    };
-                    if p.timestamp < EARLIEST_LOCAL {
-                        // -5 (latest tiered) and beyond belong to versions not advertised.
-                        return resp.with_error_code(ResponseError::InvalidRequest.code());
-                    }
-                    match lookup(&partition, p.timestamp) {
-                        Ok(Some((offset, timestamp))) => resp
-                            .with_offset(offset)
-                            .with_timestamp(timestamp)
-                            .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
-                        Ok(None) => resp.with_offset(-1).with_timestamp(-1),
-                        Err(e) => resp.with_error_code(log_error_code(&e)),
-                    }
-                })
-                .collect();
+/// Async because timestamp lookups may read tiered segments from the store.
+pub async fn list_offsets(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let topic = broker.catalog.topic(t.name.0.as_str());
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let resp =
+                ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition_index))
+            else {
+                partitions
+                    .push(resp.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+                continue;
+            };
+            if p.timestamp < EARLIEST_LOCAL {
+                // -5 (latest tiered) and beyond belong to versions not advertised.
+                partitions.push(resp.with_error_code(ResponseError::InvalidRequest.code()));
+                continue;
+            }
+            partitions.push(match lookup(&partition, p.timestamp).await {
+                Ok(Some((offset, timestamp))) => resp
+                    .with_offset(offset)
+                    .with_timestamp(timestamp)
+                    // The field exists from v4 on; encoding it earlier fails.
+                    .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
+                Ok(None) => resp.with_offset(-1).with_timestamp(-1),
+                Err(e) => resp.with_error_code(log_error_code(&e)),
+            });
+        }
+        topics.push(
             ListOffsetsTopicResponse::default()
                 .with_name(t.name)
-                .with_partitions(partitions)
-        })
-        .collect();
+                .with_partitions(partitions),
+        );
+    }
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogError> {
+async fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogError> {
     match spec {
         LATEST => Ok(Some((partition.end_offset(), -1))),
+        // The log start offset already counts tiered segments and DeleteRecords.
         EARLIEST | EARLIEST_LOCAL => Ok(Some((partition.log_start_offset(), -1))),
-        MAX_TIMESTAMP => partition.max_timestamp(),
-        ts if ts >= 0 => partition.offset_for_timestamp(ts),
+        MAX_TIMESTAMP => partition.find_max_timestamp().await,
+        ts if ts >= 0 => partition.find_offset_for_timestamp(ts).await,
         other => Err(LogError::InvalidRecord(format!(
             "unknown offset spec {other}"
         ))),

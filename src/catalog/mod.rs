@@ -74,12 +74,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
     Ok(())
 }
 
+/// `topic.json`; the tier keeps a copy in the object store.
 #[derive(Debug, Serialize, Deserialize)]
-struct TopicFile {
-    id: Uuid,
-    partitions: u32,
+pub struct TopicFile {
+    pub id: Uuid,
+    pub partitions: u32,
     #[serde(default)]
-    config: TopicConfig,
+    pub config: TopicConfig,
 }
 
 pub struct Topic {

@@ -117,18 +117,23 @@ impl SegmentIndex {
     pub fn read_files(offset_path: &Path, time_path: &Path) -> Option<SegmentIndex> {
         let offsets = std::fs::read(offset_path).ok()?;
         let times = std::fs::read(time_path).ok()?;
-        if offsets.len() % 8 != 0 || times.len() % 12 != 0 {
+        SegmentIndex::from_bytes(&offsets, &times)
+    }
+
+    /// Parses the two index files' contents (also as fetched from the object store).
+    pub fn from_bytes(offsets: &[u8], times: &[u8]) -> Option<SegmentIndex> {
+        if !offsets.len().is_multiple_of(8) || !times.len().is_multiple_of(12) {
             return None;
         }
         let mut idx = SegmentIndex::default();
-        let mut b = &offsets[..];
+        let mut b = offsets;
         while b.has_remaining() {
             idx.offsets.push(OffsetEntry {
                 relative_offset: b.get_u32(),
                 position: b.get_u32(),
             });
         }
-        let mut b = &times[..];
+        let mut b = times;
         while b.has_remaining() {
             idx.times.push(TimeEntry {
                 timestamp: b.get_i64(),

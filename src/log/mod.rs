@@ -9,9 +9,11 @@ pub mod batch;
 pub mod index;
 pub mod partition;
 pub mod producer_state;
+pub mod remote;
 pub mod segment;
 
 pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition};
+pub use remote::{RemoteFuture, RemoteLog};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -41,6 +43,10 @@ pub enum LogError {
     },
     #[error("transactional batches are not supported")]
     TransactionsUnsupported,
+    #[error("object store: {0}")]
+    Remote(String),
+    #[error("too many sealed bytes wait for upload to the object store; retry later")]
+    Backpressure,
 }
 
 /// Wall-clock milliseconds since the epoch.

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 use super::batch::{self, BatchHeader};
 use super::index::write_synced;
 use super::producer_state::{ProducerStates, SequenceCheck};
+use super::remote::RemoteLog;
 use super::segment::{Segment, SegmentMeta};
 use super::{now_ms, LogError};
 
@@ -59,6 +62,10 @@ pub struct Partition {
     end_offset: watch::Sender<i64>,
     durable: watch::Sender<i64>,
     sync_lock: tokio::sync::Mutex<()>,
+    /// Offsets below the first local segment, once the tier attached it.
+    remote: OnceLock<Arc<dyn RemoteLog>>,
+    /// Set by the tier while too many sealed bytes wait for upload.
+    backpressure: OnceLock<Arc<AtomicBool>>,
 }
 
 struct State {
@@ -155,6 +162,8 @@ impl Partition {
             end_offset: watch::Sender::new(end),
             durable: watch::Sender::new(end),
             sync_lock: tokio::sync::Mutex::new(()),
+            remote: OnceLock::new(),
+            backpressure: OnceLock::new(),
         })
     }
 
@@ -169,6 +178,13 @@ impl Partition {
         }
         if header.is_transactional() {
             return Err(LogError::TransactionsUnsupported);
+        }
+        if self
+            .backpressure
+            .get()
+            .is_some_and(|b| b.load(Ordering::Relaxed))
+        {
+            return Err(LogError::Backpressure);
         }
         let mut st = self.state.lock();
         if let SequenceCheck::Duplicate(m) = st.producers.check(&header)? {
@@ -253,6 +269,12 @@ impl Partition {
             let (start, end) = (st.log_start_offset, st.end_offset());
             if offset < start || offset > end {
                 return Err(LogError::OffsetOutOfRange { offset, start, end });
+            }
+            if self.below_local(&st, offset) {
+                // Only `fetch` may read there: the next local segment is not the answer.
+                return Err(LogError::Remote(format!(
+                    "offset {offset} is only in the object store"
+                )));
             }
             let seg = (offset < end).then(|| st.segment_for(offset)).flatten();
             match seg {
@@ -455,8 +477,130 @@ impl Partition {
     }
 }
 
+// ---- Tiering hooks: the only parts of the log that know a remote part exists.
+impl Partition {
+    /// Attaches the remote part of the log (once; later calls are ignored).
+    pub fn attach_remote(&self, remote: Arc<dyn RemoteLog>) {
+        let _ = self.remote.set(remote);
+    }
+
+    /// Shares the broker-wide flag that refuses appends while uploads lag.
+    pub fn attach_backpressure(&self, flag: Arc<AtomicBool>) {
+        let _ = self.backpressure.set(flag);
+    }
+
+    /// Whether `offset` lies below the first local segment with a remote
+    /// part attached that covers it, so only the remote part can answer.
+    fn below_local(&self, st: &State, offset: i64) -> bool {
+        let first_local = st.segments.keys().next().copied().unwrap_or(i64::MAX);
+        offset < first_local
+            && self
+                .remote
+                .get()
+                .and_then(|r| r.end_offset())
+                .is_some_and(|end| offset < end)
+    }
+
+    /// Like `read`, but offsets below the local segments come from the remote part.
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<FetchSlice, LogError> {
+        let remote = {
+            let st = self.state.lock();
+            let (start, end) = (st.log_start_offset, st.end_offset());
+            if offset < start || offset > end {
+                return Err(LogError::OffsetOutOfRange { offset, start, end });
+            }
+            if !self.below_local(&st, offset) {
+                None
+            } else {
+                Some((self.remote.get().cloned(), end, start))
+            }
+        };
+        match remote {
+            Some((Some(remote), high_watermark, log_start_offset)) => Ok(FetchSlice {
+                records: remote.read(offset, max_bytes, min_one).await?,
+                high_watermark,
+                log_start_offset,
+            }),
+            _ => self.read(offset, max_bytes, min_one),
+        }
+    }
+
+    /// `offset_for_timestamp` over the remote part first (its offsets are
+    /// all lower), then the local segments.
+    pub async fn find_offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, LogError> {
+        if let Some(remote) = self.remote.get() {
+            let start = self.log_start_offset();
+            if let Some(found) = remote.offset_for_timestamp(timestamp, start).await? {
+                return Ok(Some(found));
+            }
+        }
+        self.offset_for_timestamp(timestamp)
+    }
+
+    /// `max_timestamp` over the remote part and the local segments; on a tie
+    /// the lower (remote) offset wins, as the first record with it.
+    pub async fn find_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let remote = match self.remote.get() {
+            Some(r) => r.max_timestamp(self.log_start_offset()).await?,
+            None => None,
+        };
+        let local = self.max_timestamp()?;
+        Ok(match (remote, local) {
+            (Some(r), Some(l)) => Some(if l.1 > r.1 { l } else { r }),
+            (r, l) => r.or(l),
+        })
+    }
+
+    /// Seals the active segment if `segment.ms` passed without an append to
+    /// roll it, so quiet partitions still reach the store. True if it rolled.
+    pub fn roll_if_due(&self, cfg: &AppendConfig) -> Result<bool, LogError> {
+        let mut st = self.state.lock();
+        let before = st.segments.len();
+        self.maybe_roll(&mut st, cfg, 0, now_ms())?;
+        Ok(st.segments.len() > before)
+    }
+
+    /// Deletes the local files of the sealed segment at `base_offset` once the
+    /// remote part covers it: local disk keeps only the head and a cache.
+    pub fn release_local(&self, base_offset: i64) -> Result<bool, LogError> {
+        let remote_end = self.remote.get().and_then(|r| r.end_offset());
+        let mut st = self.state.lock();
+        let active_base = st.active().base_offset();
+        let Some(seg) = st.segments.get(&base_offset) else {
+            return Ok(false);
+        };
+        // An empty sealed segment holds nothing to lose.
+        let covered = seg.is_empty() || remote_end.is_some_and(|e| e >= seg.next_offset());
+        if base_offset == active_base || seg.meta().is_none() || !covered {
+            return Ok(false);
+        }
+        if let Some(seg) = st.segments.remove(&base_offset) {
+            seg.delete_files()?;
+        }
+        Ok(true)
+    }
+
+    /// (base offset, size) of every local segment, the active one last.
+    pub fn local_segment_sizes(&self) -> Vec<(i64, u64)> {
+        self.state
+            .lock()
+            .segments
+            .values()
+            .map(|s| (s.base_offset(), s.size()))
+            .collect()
+    }
+}
+
 /// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
-fn first_record(
+pub(crate) fn first_record(
     data: &Bytes,
     header: &BatchHeader,
     pred: impl Fn(i64, i64) -> bool,
@@ -523,6 +667,90 @@ mod tests {
         drop(p);
         let p = Partition::open(dir.path()).unwrap();
         assert_eq!(p.log_start_offset(), 41);
+    }
+
+    /// A remote part holding offsets below `end`, answering with a marker.
+    struct FakeRemote {
+        end: i64,
+    }
+
+    impl RemoteLog for FakeRemote {
+        fn end_offset(&self) -> Option<i64> {
+            Some(self.end)
+        }
+        fn read(&self, _: i64, _: usize, _: bool) -> crate::log::RemoteFuture<'_, Bytes> {
+            Box::pin(async { Ok(Bytes::from_static(b"remote")) })
+        }
+        fn offset_for_timestamp(
+            &self,
+            ts: i64,
+            _: i64,
+        ) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
+            Box::pin(async move { Ok((ts <= 1003).then_some((3, 1003))) })
+        }
+        fn max_timestamp(&self, _: i64) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
+            Box::pin(async { Ok(Some((5, 5000))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn offsets_below_released_segments_come_from_the_remote_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        for i in 0..50 {
+            p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
+                .unwrap();
+        }
+        let sealed = p.sealed_segments();
+        let remote_end = sealed[1].next_offset;
+        // Nothing is released before a remote part covers it.
+        assert!(!p.release_local(sealed[0].base_offset).unwrap());
+        p.attach_remote(Arc::new(FakeRemote { end: remote_end }));
+        assert!(p.release_local(sealed[0].base_offset).unwrap());
+        assert!(p.release_local(sealed[1].base_offset).unwrap());
+        assert!(!p.release_local(sealed[2].base_offset).unwrap());
+        assert!(!dir
+            .path()
+            .join(super::super::segment::file_name(0, "log"))
+            .exists());
+
+        assert_eq!(
+            &p.fetch(0, 1000, true).await.unwrap().records[..],
+            b"remote"
+        );
+        assert!(matches!(p.read(0, 1000, true), Err(LogError::Remote(_))));
+        let local = p.fetch(remote_end, 1 << 20, true).await.unwrap();
+        let h = BatchHeader::parse(&local.records).unwrap().unwrap();
+        assert_eq!(h.base_offset, remote_end);
+        // Timestamps: the remote part first; the larger max timestamp wins.
+        assert_eq!(
+            p.find_offset_for_timestamp(1001).await.unwrap(),
+            Some((3, 1003))
+        );
+        assert_eq!(
+            p.find_offset_for_timestamp(1040).await.unwrap(),
+            Some((80, 1040))
+        );
+        assert_eq!(p.find_max_timestamp().await.unwrap(), Some((5, 5000)));
+
+        let flag = Arc::new(AtomicBool::new(false));
+        p.attach_backpressure(flag.clone());
+        flag.store(true, Ordering::Relaxed);
+        assert!(matches!(
+            p.append(&make_batch(1, -1, -1, -1, 1), &cfg()),
+            Err(LogError::Backpressure)
+        ));
+        flag.store(false, Ordering::Relaxed);
+        p.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap();
+        let due = AppendConfig {
+            segment_ms: 0,
+            ..cfg()
+        };
+        assert!(p.roll_if_due(&due).unwrap());
+        assert!(
+            !p.roll_if_due(&due).unwrap(),
+            "an empty segment never rolls"
+        );
     }
 
     #[test]

@@ -16,17 +16,47 @@ use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
+use crate::tier::{self, Tier};
 
 pub struct Server {
     local_addr: SocketAddr,
     broker: Arc<Broker>,
     stop: watch::Sender<bool>,
     accept: JoinHandle<()>,
+    tier: Arc<Tier>,
 }
 
 impl Server {
     /// Opens the data directory (recovering every partition) and starts listening.
     pub async fn start(config: BrokerConfig) -> anyhow::Result<Server> {
+        Server::start_with_store(config, None).await
+    }
+
+    /// Like `start`, with the object store given instead of opened from
+    /// `--store` (tests share a `memory://` or fault-injecting store this way).
+    pub async fn start_with_store(
+        config: BrokerConfig,
+        store: Option<Arc<dyn object_store::ObjectStore>>,
+    ) -> anyhow::Result<Server> {
+        let store = match store {
+            Some(s) => s,
+            None => {
+                let url = config
+                    .store
+                    .clone()
+                    .unwrap_or_else(|| tier::store::default_url(&config.data_dir));
+                tier::store::open(&url, &tier::store::S3Options::from_config(&config))?
+            }
+        };
+        // A wiped data directory is refilled from the store before the catalog reads it.
+        let restored = tier::restore::restore(&store, &config.data_dir).await?;
+        if restored != Default::default() {
+            tracing::info!(
+                topics = restored.topics,
+                partitions = restored.partitions,
+                "restored from the object store"
+            );
+        }
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
         let (catalog, coordinator) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -35,6 +65,7 @@ impl Server {
             Ok((catalog, Arc::new(coordinator)))
         })
         .await??;
+        let tier = Tier::open(store, catalog.clone(), &config).await?;
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let (host, port) = match &config.advertised_listener {
@@ -52,6 +83,7 @@ impl Server {
             port,
         ));
         let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(tier.clone().run(stop_rx.clone()));
         let retention_check =
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
         tokio::spawn(run_coordinator_timers(
@@ -78,7 +110,13 @@ impl Server {
             broker,
             stop,
             accept,
+            tier,
         })
+    }
+
+    /// The tiered-storage side (tests inspect and drive it).
+    pub fn tier(&self) -> &Arc<Tier> {
+        &self.tier
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -1,0 +1,37 @@
+//! The part of a partition's log that lives elsewhere (the object store).
+//!
+//! The log layer only knows this trait: offsets below the first local
+//! segment are answered by whatever implements it (`crate::tier`), so the
+//! log itself never talks to a network or an object store API. The futures
+//! are boxed because the trait must stay object-safe (`Arc<dyn RemoteLog>`).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+
+use super::LogError;
+
+pub type RemoteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LogError>> + Send + 'a>>;
+
+pub trait RemoteLog: Send + Sync {
+    /// One past the last offset held remotely; `None` when nothing is.
+    fn end_offset(&self) -> Option<i64>;
+
+    /// Whole batches from the remote segment holding `offset` (or the next
+    /// one), at most `max_bytes` unless `min_one` asks for the first batch
+    /// whatever its size. Empty when no remote segment reaches `offset`.
+    fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> RemoteFuture<'_, Bytes>;
+
+    /// The first remote record at or after `start` with a timestamp at or
+    /// after `timestamp`, as (offset, timestamp).
+    fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+        start: i64,
+    ) -> RemoteFuture<'_, Option<(i64, i64)>>;
+
+    /// (offset, timestamp) of the first remote record at or after `start`
+    /// holding the largest remote timestamp.
+    fn max_timestamp(&self, start: i64) -> RemoteFuture<'_, Option<(i64, i64)>>;
+}

@@ -1,0 +1,200 @@
+//! An object store that fails or stalls requests on demand, wrapped around a
+//! real one: how tests show the broker keeps serving from the head and the
+//! cache while the store is down, and catches up when it returns.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Requests pass through.
+    None,
+    /// Every request fails at once.
+    Fail,
+    /// Every request waits until the fault changes (then passes or fails).
+    Stall,
+}
+
+#[derive(Debug)]
+pub struct FaultyStore {
+    inner: Arc<dyn ObjectStore>,
+    fault: watch::Sender<Fault>,
+    /// Requests that reached the inner store.
+    pub passed: AtomicU64,
+    /// Requests refused by the fault.
+    pub refused: AtomicU64,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> FaultyStore {
+        FaultyStore {
+            inner,
+            fault: watch::Sender::new(Fault::None),
+            passed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set(&self, fault: Fault) {
+        self.fault.send_replace(fault);
+    }
+
+    async fn gate(&self) -> Result<()> {
+        let mut rx = self.fault.subscribe();
+        loop {
+            let fault = *rx.borrow_and_update();
+            match fault {
+                Fault::None => {
+                    self.passed.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Fault::Fail => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(object_store::Error::Generic {
+                        store: "faulty",
+                        source: "injected failure".into(),
+                    });
+                }
+                Fault::Stall => {
+                    if rx.changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultyStore({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.gate().await?;
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.gate().await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.gate().await?;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn delete(&self, location: &Path) -> Result<()> {
+        self.gate().await?;
+        self.inner.delete(location).await
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let inner = self.inner.clone();
+        let prefix = prefix.cloned();
+        let gate = {
+            let mut rx = self.fault.subscribe();
+            async move {
+                loop {
+                    let fault = *rx.borrow_and_update();
+                    match fault {
+                        Fault::None => return Ok(()),
+                        Fault::Fail => {
+                            return Err(object_store::Error::Generic {
+                                store: "faulty",
+                                source: "injected failure".into(),
+                            })
+                        }
+                        Fault::Stall => {
+                            if rx.changed().await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        futures::stream::once(gate)
+            .flat_map(move |r| match r {
+                Ok(()) => inner.list(prefix.as_ref()),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            })
+            .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.gate().await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> Result<()> {
+        self.gate().await?;
+        self.inner.copy(from, to).await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> Result<()> {
+        self.gate().await?;
+        self.inner.copy_if_not_exists(from, to).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use futures::TryStreamExt;
+    use object_store::memory::InMemory;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn fails_stalls_and_recovers() {
+        let store = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
+        let p = Path::from("a");
+        store
+            .put(&p, Bytes::from_static(b"1").into())
+            .await
+            .unwrap();
+        store.set(Fault::Fail);
+        assert!(store.get(&p).await.is_err());
+        assert!(store.list(None).try_collect::<Vec<_>>().await.is_err());
+        store.set(Fault::Stall);
+        let s2 = store.clone();
+        let pending = tokio::spawn(async move { s2.get(&p).await.is_ok() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!pending.is_finished());
+        store.set(Fault::None);
+        assert!(pending.await.unwrap());
+        assert_eq!(
+            store
+                .list(None)
+                .try_collect::<Vec<_>>()
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! The remote part of one partition's log: reads of tiered segments through
+//! the manifest and the block cache (what `Partition::fetch` calls below the
+//! first local segment).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use parking_lot::RwLock;
+use uuid::Uuid;
+
+use super::cache::BlockCache;
+use super::manifest::{Manifest, ManifestStore, TieredSegment};
+use super::TierError;
+use crate::log::batch::{self, BatchHeader, HEADER_LEN};
+use crate::log::partition::first_record;
+use crate::log::segment::Located;
+use crate::log::{LogError, RemoteFuture, RemoteLog};
+
+pub struct TieredPartition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    /// `topics/<topic>/<topic-id>/<partition>`.
+    pub prefix: Path,
+    pub manifests: ManifestStore,
+    /// The newest manifest version this broker knows to be durable.
+    manifest: RwLock<Arc<Manifest>>,
+    cache: BlockCache,
+    /// Another writer won a manifest version: stop writing this partition.
+    pub fenced: AtomicBool,
+}
+
+impl TieredPartition {
+    pub fn new(
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+        manifests: ManifestStore,
+        prefix: Path,
+        manifest: Manifest,
+        cache: BlockCache,
+    ) -> TieredPartition {
+        TieredPartition {
+            topic: topic.to_string(),
+            topic_id,
+            index,
+            prefix,
+            manifests,
+            manifest: RwLock::new(Arc::new(manifest)),
+            cache,
+            fenced: AtomicBool::new(false),
+        }
+    }
+
+    pub fn manifest(&self) -> Arc<Manifest> {
+        self.manifest.read().clone()
+    }
+
+    /// Publishes a version after it was written durably.
+    pub fn set_manifest(&self, m: Manifest) {
+        *self.manifest.write() = Arc::new(m);
+    }
+
+    pub fn cache(&self) -> &BlockCache {
+        &self.cache
+    }
+
+    async fn read_log(&self, seg: &TieredSegment, pos: u64, len: u64) -> Result<Bytes, TierError> {
+        self.cache
+            .read(
+                &format!("{}.log", seg.key),
+                seg.size,
+                pos..pos.saturating_add(len),
+            )
+            .await
+    }
+
+    /// The first batch from `pos` on whose header satisfies `pred`.
+    async fn find(
+        &self,
+        seg: &TieredSegment,
+        mut pos: u64,
+        pred: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<Located>, TierError> {
+        while pos + HEADER_LEN as u64 <= seg.size {
+            let buf = self.read_log(seg, pos, HEADER_LEN as u64).await?;
+            let header = BatchHeader::parse(&buf)
+                .map_err(|e| TierError::Corrupt(format!("{}: {e}", seg.key)))?
+                .ok_or_else(|| TierError::Corrupt(format!("{}: short header", seg.key)))?;
+            if pred(&header) {
+                return Ok(Some(Located {
+                    position: pos,
+                    header,
+                }));
+            }
+            pos += header.size as u64;
+        }
+        Ok(None)
+    }
+
+    async fn read_impl(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, TierError> {
+        let manifest = self.manifest();
+        let Some(seg) = manifest.segment_for(offset) else {
+            return Ok(Bytes::new());
+        };
+        let index = self.cache.index(&seg.key).await?;
+        let rel = (offset.max(seg.base_offset) - seg.base_offset).min(u32::MAX as i64) as u32;
+        let start = index.lookup_offset(rel) as u64;
+        let Some(loc) = self.find(seg, start, |h| h.last_offset() >= offset).await? else {
+            return Ok(Bytes::new());
+        };
+        let data = self.read_log(seg, loc.position, max_bytes as u64).await?;
+        let whole = batch::whole_batches_len(&data);
+        Ok(if whole > 0 {
+            data.slice(..whole)
+        } else if min_one {
+            self.read_log(seg, loc.position, loc.header.size as u64)
+                .await?
+        } else {
+            Bytes::new()
+        })
+    }
+
+    async fn offset_for_timestamp_impl(
+        &self,
+        timestamp: i64,
+        start: i64,
+    ) -> Result<Option<(i64, i64)>, TierError> {
+        let manifest = self.manifest();
+        for seg in manifest
+            .segments
+            .iter()
+            .filter(|s| s.next_offset > start && s.max_timestamp >= timestamp)
+        {
+            let index = self.cache.index(&seg.key).await?;
+            let mut pos = index.lookup_offset(index.lookup_time(timestamp)) as u64;
+            while let Some(loc) = self
+                .find(seg, pos, |h| h.max_timestamp >= timestamp)
+                .await?
+            {
+                if loc.header.last_offset() >= start {
+                    let data = self
+                        .read_log(seg, loc.position, loc.header.size as u64)
+                        .await?;
+                    let found =
+                        first_record(&data, &loc.header, |o, ts| o >= start && ts >= timestamp)?;
+                    if found.is_some() {
+                        return Ok(found);
+                    }
+                }
+                pos = loc.position + loc.header.size as u64;
+            }
+        }
+        Ok(None)
+    }
+
+    async fn max_timestamp_impl(&self, start: i64) -> Result<Option<(i64, i64)>, TierError> {
+        let manifest = self.manifest();
+        let mut best: Option<&TieredSegment> = None;
+        for s in manifest
+            .segments
+            .iter()
+            .filter(|s| s.next_offset > start && s.size > 0)
+        {
+            if best.is_none_or(|b| s.max_timestamp > b.max_timestamp) {
+                best = Some(s);
+            }
+        }
+        let Some(seg) = best else { return Ok(None) };
+        let Some(loc) = self.find(seg, seg.max_timestamp_position, |_| true).await? else {
+            return Ok(None);
+        };
+        let data = self
+            .read_log(seg, loc.position, loc.header.size as u64)
+            .await?;
+        let max_ts = seg.max_timestamp;
+        Ok(first_record(&data, &loc.header, |_, ts| ts == max_ts)?)
+    }
+}
+
+fn to_log(e: TierError) -> LogError {
+    match e {
+        TierError::Log(l) => l,
+        other => LogError::Remote(other.to_string()),
+    }
+}
+
+impl RemoteLog for TieredPartition {
+    fn end_offset(&self) -> Option<i64> {
+        self.manifest.read().end_offset()
+    }
+
+    fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> RemoteFuture<'_, Bytes> {
+        Box::pin(async move {
+            self.read_impl(offset, max_bytes, min_one)
+                .await
+                .map_err(to_log)
+        })
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+        start: i64,
+    ) -> RemoteFuture<'_, Option<(i64, i64)>> {
+        Box::pin(async move {
+            self.offset_for_timestamp_impl(timestamp, start)
+                .await
+                .map_err(to_log)
+        })
+    }
+
+    fn max_timestamp(&self, start: i64) -> RemoteFuture<'_, Option<(i64, i64)>> {
+        Box::pin(async move { self.max_timestamp_impl(start).await.map_err(to_log) })
+    }
+}
