@@ -96,13 +96,11 @@ async fn heartbeat(
     resp.error_code
 }
 
+/// Commits `offset` with `metadata` for (topic, partition) as (group, member, generation).
 async fn commit(
     raw: &mut Raw,
-    group: &str,
-    member: &str,
-    generation: i32,
-    topic: &str,
-    partition: i32,
+    (group, member, generation): (&str, &str, i32),
+    (topic, partition): (&str, i32),
     offset: i64,
     metadata: &str,
 ) -> i16 {
@@ -309,7 +307,7 @@ async fn bad_commits_get_error_codes_and_leave_other_groups_alone() {
 
     // A standalone (generation -1) commit by another group, to check it stays untouched.
     assert_eq!(
-        commit(&mut raw, "bystander", "", -1, "t", 0, 5, "keep").await,
+        commit(&mut raw, ("bystander", "", -1), ("t", 0), 5, "keep").await,
         0
     );
 
@@ -317,33 +315,40 @@ async fn bad_commits_get_error_codes_and_leave_other_groups_alone() {
     let me = j.member_id.to_string();
     sync(&mut raw, "g", &me, j.generation_id, b"x").await;
     assert_eq!(
-        commit(&mut raw, "g", &me, j.generation_id, "t", 1, 42, "ok").await,
+        commit(&mut raw, ("g", &me, j.generation_id), ("t", 1), 42, "ok").await,
         0
     );
     assert_eq!(
-        commit(&mut raw, "g", &me, j.generation_id, "nope", 0, 1, "").await,
+        commit(&mut raw, ("g", &me, j.generation_id), ("nope", 0), 1, "").await,
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(
-        commit(&mut raw, "g", &me, j.generation_id, "t", 9, 1, "").await,
+        commit(&mut raw, ("g", &me, j.generation_id), ("t", 9), 1, "").await,
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(
-        commit(&mut raw, "g", &me, j.generation_id - 1, "t", 1, 1, "").await,
+        commit(&mut raw, ("g", &me, j.generation_id - 1), ("t", 1), 1, "").await,
         ResponseError::IllegalGeneration.code()
     );
     assert_eq!(
-        commit(&mut raw, "g", "intruder", j.generation_id, "t", 1, 1, "").await,
+        commit(
+            &mut raw,
+            ("g", "intruder", j.generation_id),
+            ("t", 1),
+            1,
+            ""
+        )
+        .await,
         ResponseError::UnknownMemberId.code()
     );
     assert_eq!(
-        commit(&mut raw, "g", "", -1, "t", 1, 1, "").await,
+        commit(&mut raw, ("g", "", -1), ("t", 1), 1, "").await,
         ResponseError::UnknownMemberId.code(),
         "active group refuses standalone commits"
     );
     let huge = "m".repeat(5000);
     assert_eq!(
-        commit(&mut raw, "g", &me, j.generation_id, "t", 1, 1, &huge).await,
+        commit(&mut raw, ("g", &me, j.generation_id), ("t", 1), 1, &huge).await,
         ResponseError::OffsetMetadataTooLarge.code()
     );
 

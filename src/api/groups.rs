@@ -27,7 +27,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::Broker;
 use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
-use crate::coordinator::{Committer, CoordinatorError, OffsetCommit};
+use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
 
 const GROUP_KEY_TYPE: i8 = 0;
 
@@ -295,8 +295,6 @@ pub async fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetC
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-type Fetched = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
-
 fn fetched_partition(p: i32, v: Option<OffsetValue>) -> (i32, i64, i32, Option<StrBytes>) {
     match v {
         Some(v) => (
@@ -320,7 +318,7 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                         .map(|t| (t.name.to_string(), t.partition_indexes))
                         .collect()
                 });
-                let fetched: Fetched = broker
+                let fetched: TopicOffsets = broker
                     .coordinator
                     .fetch_offsets(g.group_id.as_str(), wanted);
                 let topics = fetched

@@ -509,10 +509,10 @@ impl Group {
             return;
         }
         self.protocol = Some(self.select_protocol());
-        if !self
+        if self
             .leader
             .as_ref()
-            .is_some_and(|l| self.member(l).is_some())
+            .is_none_or(|l| self.member(l).is_none())
         {
             self.leader = self.members.values().next().map(|m| m.id.clone());
         }

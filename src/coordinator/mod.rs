@@ -117,6 +117,9 @@ pub struct GroupDescription {
 
 pub type PartitionResult = ((String, i32), Result<(), CoordinatorError>);
 
+/// Committed offsets by topic, then partition (`None`: nothing committed).
+pub type TopicOffsets = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
+
 pub struct GroupCoordinator {
     catalog: Arc<Catalog>,
     store: OffsetsStore,
@@ -388,7 +391,7 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
-    ) -> Vec<(String, Vec<(i32, Option<OffsetValue>)>)> {
+    ) -> TopicOffsets {
         let groups = self.groups.lock();
         let offsets = groups.get(group_id).map(|g| &g.offsets);
         match wanted {
@@ -403,7 +406,7 @@ impl GroupCoordinator {
                 })
                 .collect(),
             None => {
-                let mut by_topic: Vec<(String, Vec<(i32, Option<OffsetValue>)>)> = Vec::new();
+                let mut by_topic: TopicOffsets = Vec::new();
                 for ((t, p), v) in offsets.into_iter().flatten() {
                     match by_topic.last_mut() {
                         Some((last, parts)) if last == t => parts.push((*p, Some(v.clone()))),

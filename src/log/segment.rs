@@ -77,19 +77,7 @@ impl Segment {
             .write(true)
             .open(&path)?;
         sync_dir(dir)?;
-        Ok(Segment {
-            base_offset,
-            dir: dir.to_path_buf(),
-            file: Arc::new(file),
-            size: 0,
-            next_offset: base_offset,
-            batch_count: 0,
-            max_timestamp: -1,
-            max_timestamp_position: 0,
-            created_ms: now_ms,
-            index: SegmentIndex::default(),
-            meta: None,
-        })
+        Ok(Segment::empty(dir, base_offset, file, now_ms))
     }
 
     /// Opens an existing segment. A sealed one is trusted as far as its
@@ -103,19 +91,7 @@ impl Segment {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .filter(|m: &SegmentMeta| m.size == len && m.base_offset == base_offset);
-        let mut seg = Segment {
-            base_offset,
-            dir: dir.to_path_buf(),
-            file: Arc::new(file),
-            size: 0,
-            next_offset: base_offset,
-            batch_count: 0,
-            max_timestamp: -1,
-            max_timestamp_position: 0,
-            created_ms: now_ms,
-            index: SegmentIndex::default(),
-            meta: None,
-        };
+        let mut seg = Segment::empty(dir, base_offset, file, now_ms);
         match meta {
             Some(m) => {
                 seg.size = m.size;
@@ -139,6 +115,22 @@ impl Segment {
             None => seg.recover(len)?,
         }
         Ok(seg)
+    }
+
+    fn empty(dir: &Path, base_offset: i64, file: File, now_ms: i64) -> Segment {
+        Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            batch_count: 0,
+            max_timestamp: -1,
+            max_timestamp_position: 0,
+            created_ms: now_ms,
+            index: SegmentIndex::default(),
+            meta: None,
+        }
     }
 
     /// Validates every batch from the start and truncates after the last good one.

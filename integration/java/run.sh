@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Strata integration tests with the real Apache Kafka Java client (kafka-clients 4.1.1) and
+# Kafka's own CLI tools (kafka-tools 4.1.1: TopicCommand, ConsoleProducer, ConsoleConsumer,
+# GetOffsetShell), run as JUnit 5 tests by Maven Surefire against a freshly started broker.
+#
+#   integration/java/run.sh                 # builds, starts target/release/strata, runs all tests
+#   integration/java/run.sh -Dtest=AdminTest            # extra args go to `mvn test`
+#   KEEP_BROKER_DATA=1 integration/java/run.sh          # keep $BROKER_DATA (broker.log) afterwards
+#   STRATA_BIN=/path/to/strata integration/java/run.sh  # another binary
+#   BOOTSTRAP=host:port integration/java/run.sh         # use an already-running broker instead
+#
+# Test classes (src/test/java/strata/it/):
+#   AdminTest           topics create/describe/list/delete, configs, partitions, deleteRecords, cluster
+#   ProduceConsumeTest  1000 keyed records with headers/tombstones, every codec, idempotence, too-large
+#   OffsetsTest         ListOffsets earliest/latest/maxTimestamp/forTimestamp, offsetsForTimes, seek
+#   CliToolsTest        kafka-topics, kafka-console-producer/-consumer, kafka-get-offsets output
+#   GroupsTest          consumer groups: 3 members with one crashing (kill -9 / close(0)) mid-stream,
+#                       every assignor, static membership, fencing errors, and committed offsets across
+#                       kill -9 restarts of a private broker started with the default group settings
+#   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
+#   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
+# The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
+# timeout) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).
+# GroupsTest#committedOffsetsSurviveBrokerKill9 starts its own broker with Kafka's defaults.
+# Needs Java 17+ and Maven 3.8+ with access to Maven Central (first run downloads dependencies).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib.sh
+source "$HERE/../lib.sh"
+cd "$HERE"
+
+started=$(date +%s)
+MVN=(mvn -B -ntp -Dstyle.color=never)
+
+echo "== building test project (kafka-clients, kafka-tools, JUnit)"
+# (Debian's Maven prints bare ANSI resets even with -B; drop them so our lines stay readable)
+"${MVN[@]}" -q -DskipTests package | sed 's/\x1b\[0m//g'
+
+if [ -n "${BOOTSTRAP:-}" ]; then
+  echo "== using broker at BOOTSTRAP=$BOOTSTRAP"
+else
+  echo "== starting $STRATA_BIN"
+  # shellcheck disable=SC2086
+  start_broker ${GROUP_ARGS---group-initial-rebalance-delay-ms 0 --group-min-session-timeout-ms 1000} ${STRATA_ARGS:-}
+  export GROUP_SESSION_TIMEOUT_MS="${GROUP_SESSION_TIMEOUT_MS:-3000}"
+  echo "== broker pid $BROKER_PID at $BOOTSTRAP, data in $BROKER_DATA"
+fi
+
+export STRATA_BIN  # for tests that start (and kill -9) their own broker
+rc=0
+"${MVN[@]}" test -DBOOTSTRAP="$BOOTSTRAP" "$@" || rc=$?
+
+if [ -n "${BROKER_PID:-}" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
+  echo "!! broker process $BROKER_PID is no longer running" >&2
+  if [ "$rc" = 0 ]; then rc=1; fi
+fi
+if [ "$rc" != 0 ] && [ -n "${BROKER_DATA:-}" ] && [ -f "$BROKER_DATA/broker.log" ]; then
+  echo "== last 40 lines of $BROKER_DATA/broker.log" >&2
+  tail -n 40 "$BROKER_DATA/broker.log" >&2 || true
+fi
+echo  # Maven's trailing ANSI resets end up on this line
+echo "== java integration: $([ "$rc" = 0 ] && echo PASSED || echo "FAILED (rc=$rc)") in $(( $(date +%s) - started ))s"
+exit "$rc"
