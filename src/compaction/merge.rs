@@ -272,8 +272,12 @@ pub fn merge(
                 continue;
             };
             // Control batches are transaction markers: never key-compacted.
-            let survivors = if h.is_control() || h.record_count == 0 {
+            let survivors = if h.is_control() {
                 h.record_count as u64
+            } else if h.record_count == 0 {
+                // Emptied by an earlier merge: it goes once its producer has a
+                // later batch, below.
+                u64::MAX
             } else {
                 bits.count(h.base_offset, h.last_offset())
             };
@@ -282,14 +286,16 @@ pub fn merge(
                 out.emit(bytes, &h)?;
                 continue;
             }
-            let kept_count = if survivors == 0 && h.max_timestamp < opts.keep_newer_than {
+            let kept_count = if survivors == u64::MAX {
+                0
+            } else if survivors == 0 && h.max_timestamp < opts.keep_newer_than {
                 // Nothing survives and nothing is young: no need to decode.
                 stats.records_removed += h.record_count as u64;
                 0
             } else {
                 filter_records(&h, bytes, bits, opts, &mut kept, &mut stats)?
             };
-            if kept_count == h.record_count as usize {
+            if kept_count == h.record_count as usize && h.record_count > 0 {
                 stats.batches_copied += 1;
                 out.emit(bytes, &h)?;
             } else if kept_count > 0 {
@@ -307,6 +313,11 @@ pub fn merge(
             } else if h.has_producer_id()
                 && last_of_producer.get(&h.producer_id) == Some(&h.base_offset)
             {
+                if h.record_count == 0 {
+                    stats.batches_copied += 1;
+                    out.emit(bytes, &h)?;
+                    continue;
+                }
                 empty_batch(bytes, &h, &mut rebuilt);
                 let nh = BatchHeader::parse(&rebuilt)?.expect("a whole header");
                 stats.batches_emptied += 1;
@@ -945,6 +956,34 @@ mod tests {
         drop(p);
         let merged = Partition::open(out.path()).unwrap();
         assert_eq!(merged.max_producer_id(), Some(PRODUCER));
+        drop(merged);
+
+        // Once the producer writes again, the next merge drops the bare header.
+        let more = tempfile::tempdir().unwrap();
+        let mut seg =
+            crate::log::segment::Segment::create(more.path(), meta.next_offset, 0).unwrap();
+        let spec = Spec {
+            keys: key(),
+            tombstone_every: 0,
+            compression: Compression::Gzip,
+            producer: Some(6),
+            timestamp: OLD + 100,
+        };
+        let raw = encode(&spec, &mut serial);
+        let stamped = crate::log::batch::stamp(&raw, meta.next_offset, 0, None);
+        let h = BatchHeader::parse(&stamped).unwrap().unwrap();
+        seg.append(&stamped, &h, 0).unwrap();
+        seg.seal(0).unwrap();
+        let sources = vec![
+            LocalSegment::open(out.path(), meta.base_offset).unwrap(),
+            LocalSegment::open(more.path(), meta.next_offset).unwrap(),
+        ];
+        let out2 = tempfile::tempdir().unwrap();
+        let (meta2, _) = run_merge(&sources, out2.path(), &compact_opts(2 * OLD));
+        let output = decode_batches(&read_log(out2.path(), meta2.base_offset));
+        assert_eq!(output.len(), 1);
+        assert_eq!(output[0].0.base_offset, meta.next_offset);
+        assert_eq!(output[0].1.len(), 1);
     }
 
     #[test]
