@@ -26,7 +26,7 @@ use kafka_protocol::records::{
 use strata::compaction::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use strata::compaction::policy::{simulate, Leveled};
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
-use strata::log::batch::{stamp, BatchHeader};
+use strata::log::batch::{stamp_header, BatchHeader, HEADER_LEN};
 use strata::log::segment::Segment;
 
 const RECORDS_PER_BATCH: usize = 100;
@@ -109,9 +109,9 @@ fn generate(dir: &Path, base: i64, bytes: u64, keys: u64, seed: u64) -> i64 {
     let mut n = 0i64;
     while seg.size() < bytes {
         let raw = batch(&mut rng, keys, 1_000_000 + n, compression);
-        let stamped = stamp(&raw, seg.next_offset(), 0, None);
-        let h = BatchHeader::parse(&stamped).unwrap().unwrap();
-        seg.append(&stamped, &h, 0).unwrap();
+        let head = stamp_header(&raw, seg.next_offset(), 0, None);
+        let h = BatchHeader::parse(&head).unwrap().unwrap();
+        seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
         n += 1;
     }
     seg.seal(1).unwrap();

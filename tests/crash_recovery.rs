@@ -170,3 +170,47 @@ async fn acknowledged_records_survive_kill_minus_nine() {
     let (_, high) = consumer.fetch_watermarks("durable", 0, TIMEOUT).unwrap();
     assert_eq!(offset, high - 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_down_cleanly_and_keeps_unsynced_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // No fsync while running; the shutdown path syncs every partition.
+    let mut broker = Process::start(dir.path(), port, &["--fsync", "none"]);
+    let bs = broker.bootstrap();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bs)
+        .set("acks", "1")
+        .create()
+        .unwrap();
+    for i in 0..100 {
+        let payload = format!("m{i}");
+        producer
+            .send(
+                FutureRecord::<(), _>::to("shutdown")
+                    .partition(0)
+                    .payload(&payload),
+                TIMEOUT,
+            )
+            .await
+            .unwrap();
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &broker.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = broker.child.wait().unwrap();
+    assert!(exit.success(), "clean exit on SIGTERM, got {exit:?}");
+
+    let broker = Process::start(dir.path(), port, &[]);
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("group.id", "unused")
+        .create()
+        .unwrap();
+    assert_eq!(
+        consumer.fetch_watermarks("shutdown", 0, TIMEOUT).unwrap(),
+        (0, 100)
+    );
+}

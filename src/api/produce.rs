@@ -75,10 +75,15 @@ pub fn produce(
         );
     }
     async move {
-        for (ti, pi, partition, end) in durable_waits {
-            if let Err(e) = partition.wait_durable(end).await {
+        // The partitions' fsyncs run side by side, not one after another.
+        let waits = durable_waits
+            .iter()
+            .map(|(_, _, partition, end)| partition.wait_durable(*end));
+        let outcomes = futures::future::join_all(waits).await;
+        for ((ti, pi, _, _), outcome) in durable_waits.iter().zip(outcomes) {
+            if let Err(e) = outcome {
                 tracing::error!(error = %e, "fsync failed; failing acks=all produce");
-                let r = &mut responses[ti].partition_responses[pi];
+                let r = &mut responses[*ti].partition_responses[*pi];
                 r.error_code = log_error_code(&e);
                 r.base_offset = -1;
             }

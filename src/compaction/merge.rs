@@ -970,9 +970,9 @@ mod tests {
             timestamp: OLD + 100,
         };
         let raw = encode(&spec, &mut serial);
-        let stamped = crate::log::batch::stamp(&raw, meta.next_offset, 0, None);
-        let h = BatchHeader::parse(&stamped).unwrap().unwrap();
-        seg.append(&stamped, &h, 0).unwrap();
+        let head = crate::log::batch::stamp_header(&raw, meta.next_offset, 0, None);
+        let h = BatchHeader::parse(&head).unwrap().unwrap();
+        seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
         seg.seal(0).unwrap();
         let sources = vec![
             LocalSegment::open(out.path(), meta.base_offset).unwrap(),

@@ -6,7 +6,7 @@
 //! LogAppendTime topics, the max timestamp). Everything after the header is
 //! stored and served exactly as the producer sent it, whatever its codec.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut};
 
 use super::LogError;
 
@@ -164,17 +164,20 @@ pub fn whole_batches_len(buf: &[u8]) -> usize {
     pos
 }
 
-/// Copies a validated batch, stamping the leader-owned header fields.
-/// Only a LogAppendTime stamp changes CRC-covered bytes, so only then is the
-/// CRC recomputed; the records themselves are never re-encoded.
-pub fn stamp(
+/// The header of a validated batch with the leader-owned fields stamped:
+/// base offset, partition leader epoch and, for LogAppendTime, the max
+/// timestamp. Only that last one is covered by the CRC, so only then is the
+/// CRC recomputed (over the unchanged records, never re-encoded). The caller
+/// writes this header followed by `batch[HEADER_LEN..]`, so the records are
+/// never copied.
+pub fn stamp_header(
     batch: &[u8],
     base_offset: i64,
     leader_epoch: i32,
     log_append_time: Option<i64>,
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(batch.len());
-    out.extend_from_slice(batch);
+) -> [u8; HEADER_LEN] {
+    let mut out = [0u8; HEADER_LEN];
+    out.copy_from_slice(&batch[..HEADER_LEN]);
     (&mut out[0..8]).put_i64(base_offset);
     (&mut out[LEADER_EPOCH_OFFSET..LEADER_EPOCH_OFFSET + 4]).put_i32(leader_epoch);
     if let Some(now) = log_append_time {
@@ -182,10 +185,13 @@ pub fn stamp(
             | TIMESTAMP_TYPE_BIT;
         (&mut out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2]).put_i16(attrs);
         (&mut out[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]).put_i64(now);
-        let crc = compute_crc(&out);
+        let crc = crc32c::crc32c_append(
+            crc32c::crc32c(&out[ATTRIBUTES_OFFSET..]),
+            &batch[HEADER_LEN..],
+        );
         (&mut out[CRC_OFFSET..CRC_OFFSET + 4]).put_u32(crc);
     }
-    out.freeze()
+    out
 }
 
 #[cfg(test)]
@@ -248,11 +254,12 @@ pub(crate) mod tests {
     #[test]
     fn stamping_offset_keeps_crc_and_log_append_time_recomputes_it() {
         let b = make_batch(2, -1, -1, -1, 5);
-        let s = stamp(&b, 42, 0, None);
+        let stamp = |at| [&stamp_header(&b, 42, 0, at)[..], &b[HEADER_LEN..]].concat();
+        let s = stamp(None);
         let h = BatchHeader::parse(&s).unwrap().unwrap();
         assert_eq!(h.base_offset, 42);
         assert_eq!(compute_crc(&s), h.crc);
-        let s = stamp(&b, 42, 0, Some(99));
+        let s = stamp(Some(99));
         let h = BatchHeader::parse(&s).unwrap().unwrap();
         assert!(h.is_log_append_time());
         assert_eq!(h.max_timestamp, 99);

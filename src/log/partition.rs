@@ -190,13 +190,18 @@ impl Partition {
         self.maybe_roll(&mut st, cfg, raw.len(), now)?;
         let base_offset = st.end_offset();
         let append_time = cfg.log_append_time.then_some(now);
-        let stamped = batch::stamp(raw, base_offset, LEADER_EPOCH, append_time);
+        let header_bytes = batch::stamp_header(raw, base_offset, LEADER_EPOCH, append_time);
         let stamped_header = BatchHeader {
             base_offset,
             max_timestamp: append_time.unwrap_or(header.max_timestamp),
             ..header
         };
-        st.active_mut().append(&stamped, &stamped_header, now)?;
+        st.active_mut().append(
+            &header_bytes,
+            &raw[batch::HEADER_LEN..],
+            &stamped_header,
+            now,
+        )?;
         st.producers.record(&stamped_header);
         let log_start_offset = st.log_start_offset;
         drop(st);

@@ -196,11 +196,13 @@ impl Segment {
         Ok(idx)
     }
 
-    /// Appends a stamped batch. The caller has validated it and assigned offsets.
+    /// Appends a batch as its stamped header and its untouched body. The
+    /// caller has validated it and assigned offsets.
     pub fn append(
         &mut self,
-        stamped: &[u8],
-        header: &BatchHeader,
+        header: &[u8],
+        body: &[u8],
+        stamped: &BatchHeader,
         now_ms: i64,
     ) -> Result<(), LogError> {
         debug_assert!(self.meta.is_none(), "append to a sealed segment");
@@ -209,8 +211,9 @@ impl Segment {
             self.created_ms = now_ms;
         }
         let pos = self.size;
-        self.file.write_all_at(stamped, pos)?;
-        self.track(header, pos);
+        self.file.write_all_at(header, pos)?;
+        self.file.write_all_at(body, pos + header.len() as u64)?;
+        self.track(stamped, pos);
         Ok(())
     }
 
@@ -404,15 +407,15 @@ pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::{stamp, tests::make_batch};
+    use crate::log::batch::{stamp_header, tests::make_batch};
     use std::io::Write;
 
     fn append_n(seg: &mut Segment, n: usize) {
         for _ in 0..n {
             let raw = make_batch(2, -1, -1, -1, 100);
-            let s = stamp(&raw, seg.next_offset(), 0, None);
+            let s = stamp_header(&raw, seg.next_offset(), 0, None);
             let h = BatchHeader::parse(&s).unwrap().unwrap();
-            seg.append(&s, &h, 0).unwrap();
+            seg.append(&s, &raw[HEADER_LEN..], &h, 0).unwrap();
         }
     }
 

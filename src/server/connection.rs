@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::frame::read_frame;
+use super::frame::FrameReader;
 use crate::api::{Broker, Reply};
 
 const MAX_IN_FLIGHT: usize = 64;
@@ -40,9 +40,9 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
         let _ = out.shutdown().await;
     });
 
-    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+    let mut frames = FrameReader::new(read_half, max_frame);
     loop {
-        let frame = match read_frame(&mut reader, max_frame).await {
+        let frame = match frames.next().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

@@ -1,13 +1,15 @@
 //! Length-prefixed request frames.
 //!
-//! The size prefix is checked before anything is allocated, and the body
-//! buffer grows only as bytes actually arrive, so a client announcing a huge
-//! frame and sending nothing costs nothing.
+//! The size prefix is checked before anything is allocated, and the buffer
+//! grows only as bytes actually arrive, so a client announcing a huge frame
+//! and sending nothing costs nothing. Frames are split off one reusable
+//! buffer: once the previous requests are done with their bytes, the same
+//! memory takes the next ones, instead of fresh pages for every request.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-const INITIAL_CHUNK: usize = 64 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameReadError {
@@ -19,44 +21,49 @@ pub enum FrameReadError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads one frame body. `Ok(None)` is a clean end of stream between frames.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    reader: &mut R,
+pub struct FrameReader<R> {
+    reader: R,
+    buf: BytesMut,
     max: usize,
-) -> Result<Option<Bytes>, FrameReadError> {
-    let mut len_buf = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = reader.read(&mut len_buf[got..]).await?;
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(FrameReadError::Truncated)
-            };
-        }
-        got += n;
-    }
-    let size = i32::from_be_bytes(len_buf);
-    if size < 0 || size as usize > max {
-        return Err(FrameReadError::TooLarge {
-            size: size as i64,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(reader: R, max: usize) -> FrameReader<R> {
+        FrameReader {
+            reader,
+            buf: BytesMut::new(),
             max,
-        });
-    }
-    let size = size as usize;
-    let mut buf = BytesMut::with_capacity(size.min(INITIAL_CHUNK));
-    while buf.len() < size {
-        if buf.capacity() == buf.len() {
-            buf.reserve((size - buf.len()).min(buf.len().max(INITIAL_CHUNK)));
-        }
-        let want = size - buf.len();
-        let n = (&mut *reader).take(want as u64).read_buf(&mut buf).await?;
-        if n == 0 {
-            return Err(FrameReadError::Truncated);
         }
     }
-    Ok(Some(buf.freeze()))
+
+    /// The next frame body. `Ok(None)` is a clean end of stream between frames.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, FrameReadError> {
+        loop {
+            if self.buf.len() >= 4 {
+                let size = i32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+                if size < 0 || size as usize > self.max {
+                    return Err(FrameReadError::TooLarge {
+                        size: size as i64,
+                        max: self.max,
+                    });
+                }
+                if self.buf.len() >= 4 + size as usize {
+                    self.buf.advance(4);
+                    return Ok(Some(self.buf.split_to(size as usize).freeze()));
+                }
+            }
+            if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+                self.buf.reserve(READ_CHUNK);
+            }
+            if self.reader.read_buf(&mut self.buf).await? == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameReadError::Truncated)
+                };
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -65,21 +72,16 @@ mod tests {
 
     #[tokio::test]
     async fn reads_frames_and_rejects_oversized_and_truncated() {
-        let mut data: &[u8] = &[0, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 9, b'x'];
-        assert_eq!(
-            read_frame(&mut data, 100).await.unwrap().unwrap(),
-            Bytes::from_static(b"abc")
-        );
+        let data: &[u8] = &[0, 0, 0, 3, b'a', b'b', b'c', 0, 0, 0, 9, b'x'];
+        let mut r = FrameReader::new(data, 100);
+        assert_eq!(r.next().await.unwrap().unwrap(), Bytes::from_static(b"abc"));
+        assert!(matches!(r.next().await, Err(FrameReadError::Truncated)));
+        let big: &[u8] = &[0x7f, 0, 0, 0];
         assert!(matches!(
-            read_frame(&mut data, 100).await,
-            Err(FrameReadError::Truncated)
-        ));
-        let mut big: &[u8] = &[0x7f, 0, 0, 0];
-        assert!(matches!(
-            read_frame(&mut big, 100).await,
+            FrameReader::new(big, 100).next().await,
             Err(FrameReadError::TooLarge { .. })
         ));
-        let mut empty: &[u8] = &[];
-        assert!(read_frame(&mut empty, 100).await.unwrap().is_none());
+        let empty: &[u8] = &[];
+        assert!(FrameReader::new(empty, 100).next().await.unwrap().is_none());
     }
 }

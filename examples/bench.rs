@@ -1,0 +1,264 @@
+//! Throughput benchmark client for `scripts/bench`: librdkafka producing and
+//! consuming as fast as it can, one JSON line of results per run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _};
+use clap::{Args, Parser, Subcommand};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(about = "Strata benchmark client")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a topic (replication factor 1, default configs).
+    Create(Target),
+    /// Produce records and report throughput and delivery latency.
+    Produce {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        records: u64,
+        /// Payload bytes per record (no key).
+        #[arg(long, default_value_t = 100)]
+        size: usize,
+        /// 0, 1 or -1 (all).
+        #[arg(long, default_value = "1", allow_hyphen_values = true)]
+        acks: String,
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u32,
+        /// queue.buffering.max.messages: bounds how long a record can wait
+        /// in the client, which dominates latency under saturation.
+        #[arg(long, default_value_t = 1_000_000)]
+        queue_messages: u32,
+    },
+    /// Read `--records` records back from offset 0 of every partition.
+    Consume {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        records: u64,
+    },
+}
+
+#[derive(Args)]
+struct Target {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Create(t) => create(&t),
+        Command::Produce {
+            target,
+            records,
+            size,
+            acks,
+            linger_ms,
+            queue_messages,
+        } => produce(&target, records, size, &acks, linger_ms, queue_messages),
+        Command::Consume { target, records } => consume(&target, records),
+    }
+}
+
+fn create(t: &Target) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .create()?;
+    let topic = NewTopic::new(&t.topic, t.partitions, TopicReplication::Fixed(1));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let res = rt.block_on(admin.create_topics(&[topic], &AdminOptions::new()))?;
+    match &res[0] {
+        Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => Ok(()),
+        Err((name, code)) => bail!("creating {name}: {code}"),
+    }
+}
+
+/// Records per-record latency from the enqueue instant carried as the
+/// delivery opaque (nanoseconds since `start`, so no allocation per record).
+struct Latencies {
+    start: Instant,
+    micros: Mutex<Vec<u32>>,
+    failed: AtomicU64,
+}
+
+impl ClientContext for Latencies {}
+
+impl ProducerContext for Latencies {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, enqueued_ns: usize) {
+        if let Err((e, _)) = result {
+            if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!("delivery failed: {e}");
+            }
+            return;
+        }
+        let us = (self.start.elapsed().as_nanos() as usize - enqueued_ns) / 1000;
+        self.micros.lock().unwrap().push(us as u32);
+    }
+}
+
+fn produce(
+    t: &Target,
+    records: u64,
+    size: usize,
+    acks: &str,
+    linger_ms: u32,
+    queue_messages: u32,
+) -> anyhow::Result<()> {
+    let ctx = Latencies {
+        start: Instant::now(),
+        micros: Mutex::new(Vec::with_capacity(records as usize)),
+        failed: AtomicU64::new(0),
+    };
+    let producer: ThreadedProducer<Latencies> = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("acks", acks)
+        .set("linger.ms", linger_ms.to_string())
+        .set("batch.size", "1000000")
+        // Let batch.size, not the message count, close a batch.
+        .set("batch.num.messages", "1000000")
+        .set("compression.type", "none")
+        .set("queue.buffering.max.messages", queue_messages.to_string())
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create_with_context(ctx)?;
+    // Metadata first, so connection setup is not part of the measurement.
+    producer
+        .client()
+        .fetch_metadata(Some(&t.topic), Duration::from_secs(10))?;
+
+    let payload: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
+    let start = Instant::now();
+    let since_start = || producer.context().start.elapsed().as_nanos() as usize;
+    for i in 0..records {
+        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&t.topic, since_start())
+            .payload(&payload[..])
+            .partition((i % t.partitions as u64) as i32);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    std::thread::sleep(Duration::from_micros(500));
+                    record = r.delivery_opaque(since_start());
+                }
+                Err((e, _)) => return Err(e).context("enqueue"),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    let secs = start.elapsed().as_secs_f64();
+
+    let ctx = producer.context();
+    let failed = ctx.failed.load(Ordering::Relaxed);
+    ensure!(failed == 0, "{failed} of {records} records failed");
+    let mut lat = std::mem::take(&mut *ctx.micros.lock().unwrap());
+    ensure!(
+        lat.len() as u64 == records,
+        "{} of {records} delivered",
+        lat.len()
+    );
+    lat.sort_unstable();
+    let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    report(
+        records,
+        size as u64 * records,
+        secs,
+        Some((pct(0.50), pct(0.99))),
+    );
+    Ok(())
+}
+
+fn consume(t: &Target, records: u64) -> anyhow::Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        // Required by librdkafka, unused: reading by assignment only.
+        .set("group.id", "strata-bench")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.max.bytes", "52428800")
+        .set("max.partition.fetch.bytes", "8388608")
+        .set("queued.max.messages.kbytes", "262144")
+        // librdkafka pauses fetching for fetch.queue.backoff.ms (default 1 s)
+        // once a partition holds queued.min.messages (default 100k), which
+        // with small records caps a reader at ~100k records/s.
+        .set("queued.min.messages", "1000000")
+        .set("fetch.queue.backoff.ms", "10")
+        .set("fetch.wait.max.ms", "100")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..t.partitions {
+        tpl.add_partition_offset(&t.topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+
+    let (mut count, mut bytes) = (0u64, 0u64);
+    let mut start = None;
+    let mut last_progress = Instant::now();
+    while count < records {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                // Timed from the first record: connecting and the first
+                // ListOffsets round trip are not throughput.
+                start.get_or_insert_with(Instant::now);
+                count += 1;
+                bytes += m.payload_len() as u64;
+                last_progress = Instant::now();
+            }
+            Some(Err(e)) => bail!("consume: {e}"),
+            None if last_progress.elapsed() > Duration::from_secs(15) => {
+                bail!("stalled after {count} of {records} records")
+            }
+            None => {}
+        }
+    }
+    let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    report(count, bytes, secs, None);
+    Ok(())
+}
+
+fn report(records: u64, bytes: u64, secs: f64, latency: Option<(f64, f64)>) {
+    let mut out = json!({
+        "records": records,
+        "seconds": secs,
+        "records_per_sec": records as f64 / secs,
+        "mb_per_sec": bytes as f64 / secs / 1e6,
+        "cpu_seconds": cpu_seconds(),
+    });
+    if let Some((p50, p99)) = latency {
+        out["p50_ms"] = json!(p50);
+        out["p99_ms"] = json!(p99);
+    }
+    println!("{out}");
+}
+
+/// This process's user + system CPU time, to tell a client-bound run from a
+/// broker-bound one.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?;
+    // USER_HZ: fixed at 100 in the Linux ABI.
+    Some(ticks as f64 / 100.0)
+}
