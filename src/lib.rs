@@ -3,12 +3,14 @@
 //!
 //! Layers, outermost first: `server` (sockets, framing, in-order responses),
 //! `api` (one module per Kafka API family, mapping errors to Kafka codes),
-//! `catalog` (topics, configs, producer ids), `log` (segments on disk).
+//! `catalog` (topics, configs, producer ids), `log` (segments on disk), and
+//! beside them `compaction` (key indexes and streaming merges of sealed segments).
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
 
 pub mod api;
 pub mod catalog;
+pub mod compaction;
 pub mod config;
 pub mod coordinator;
 pub mod log;

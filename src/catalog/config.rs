@@ -36,6 +36,9 @@ pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
 pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
 pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+pub const COMPACTION_POLICY: &str = "strata.compaction.policy";
+pub const COMPACTION_FANOUT: &str = "strata.compaction.fanout";
+pub const COMPACTION_MAX_SEGMENT_BYTES: &str = "strata.compaction.max.segment.bytes";
 
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     ConfigDef {
@@ -104,6 +107,24 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         kind: ConfigType::Int,
         doc: "Replicas that must acknowledge acks=all writes (one broker: 1)",
     },
+    ConfigDef {
+        name: COMPACTION_POLICY,
+        default: "leveled",
+        kind: ConfigType::String,
+        doc: "Strata: how sealed segments are merged: leveled, or none",
+    },
+    ConfigDef {
+        name: COMPACTION_FANOUT,
+        default: "4",
+        kind: ConfigType::Int,
+        doc: "Strata: contiguous segments of one level that merge into one of the next level",
+    },
+    ConfigDef {
+        name: COMPACTION_MAX_SEGMENT_BYTES,
+        default: "2147483648",
+        kind: ConfigType::Long,
+        doc: "Strata: merges whose sources add up to more than this are not scheduled",
+    },
 ];
 
 pub fn definition(name: &str) -> Option<&'static ConfigDef> {
@@ -121,6 +142,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                 SEGMENT_BYTES => 14,
                 MAX_MESSAGE_BYTES => 0,
                 MIN_INSYNC_REPLICAS => 1,
+                COMPACTION_FANOUT => 2,
                 _ => i32::MIN,
             };
             if v < min {
@@ -131,11 +153,15 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             let v: i64 = value.trim().parse().map_err(|_| bad())?;
             let min = match name {
                 RETENTION_MS | RETENTION_BYTES => -1,
-                SEGMENT_MS => 1,
+                SEGMENT_MS | COMPACTION_MAX_SEGMENT_BYTES => 1,
                 _ => 0,
             };
             if v < min {
                 return Err(format!("{}: Value must be at least {min}", bad()));
+            }
+            // Merged segments keep byte positions in 32 bits.
+            if name == COMPACTION_MAX_SEGMENT_BYTES && v > u32::MAX as i64 {
+                return Err(format!("{}: Value must be at most {}", bad(), u32::MAX));
             }
         }
         ConfigType::List => {
@@ -147,6 +173,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         ConfigType::String => {
             if name == MESSAGE_TIMESTAMP_TYPE && value != "CreateTime" && value != "LogAppendTime" {
                 return Err(format!("{}: must be CreateTime or LogAppendTime", bad()));
+            }
+            if name == COMPACTION_POLICY && value != "leveled" && value != "none" {
+                return Err(format!("{}: must be leveled or none", bad()));
             }
         }
         ConfigType::Boolean => {
@@ -212,6 +241,30 @@ impl TopicConfig {
     pub fn max_message_bytes(&self) -> usize {
         self.number(MAX_MESSAGE_BYTES).max(0) as usize
     }
+    /// `cleanup.policy` includes `compact`.
+    pub fn compact(&self) -> bool {
+        self.get(CLEANUP_POLICY)
+            .is_some_and(|(v, _)| v.split(',').any(|p| p.trim() == "compact"))
+    }
+    pub fn min_compaction_lag_ms(&self) -> i64 {
+        self.number(MIN_COMPACTION_LAG_MS).max(0)
+    }
+    pub fn max_compaction_lag_ms(&self) -> i64 {
+        self.number(MAX_COMPACTION_LAG_MS).max(0)
+    }
+    pub fn delete_retention_ms(&self) -> i64 {
+        self.number(DELETE_RETENTION_MS).max(0)
+    }
+    pub fn compaction_policy(&self) -> &str {
+        self.get(COMPACTION_POLICY).map_or("leveled", |(v, _)| v)
+    }
+    pub fn compaction_fanout(&self) -> usize {
+        self.number(COMPACTION_FANOUT).max(2) as usize
+    }
+    pub fn compaction_max_segment_bytes(&self) -> u64 {
+        self.number(COMPACTION_MAX_SEGMENT_BYTES)
+            .clamp(1, u32::MAX as i64) as u64
+    }
     pub fn log_append_time(&self) -> bool {
         self.get(MESSAGE_TIMESTAMP_TYPE)
             .is_some_and(|(v, _)| v == "LogAppendTime")
@@ -231,6 +284,11 @@ mod tests {
         assert!(validate("segment.bytes", "10").is_err());
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
         assert!(validate("no.such.config", "1").is_err());
+        assert!(validate("strata.compaction.fanout", "8").is_ok());
+        assert!(validate("strata.compaction.fanout", "1").is_err());
+        assert!(validate("strata.compaction.policy", "none").is_ok());
+        assert!(validate("strata.compaction.policy", "tiered").is_err());
+        assert!(validate("strata.compaction.max.segment.bytes", "4294967296").is_err());
     }
 
     #[test]

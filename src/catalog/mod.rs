@@ -123,6 +123,7 @@ impl Topic {
             segment_bytes: c.segment_bytes(),
             segment_ms: c.segment_ms(),
             log_append_time: c.log_append_time(),
+            compact: c.compact(),
         }
     }
 

@@ -98,18 +98,24 @@ impl SegmentIndex {
     }
 
     pub fn write_files(&self, offset_path: &Path, time_path: &Path) -> Result<(), LogError> {
-        let mut buf = Vec::with_capacity(self.offsets.len() * 8);
+        let (offsets, times) = self.encode();
+        write_synced(offset_path, &offsets)?;
+        write_synced(time_path, &times)
+    }
+
+    /// The bytes of the offset and time index files.
+    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut offsets = Vec::with_capacity(self.offsets.len() * 8);
         for e in &self.offsets {
-            buf.put_u32(e.relative_offset);
-            buf.put_u32(e.position);
+            offsets.put_u32(e.relative_offset);
+            offsets.put_u32(e.position);
         }
-        write_synced(offset_path, &buf)?;
-        let mut buf = Vec::with_capacity(self.times.len() * 12);
+        let mut times = Vec::with_capacity(self.times.len() * 12);
         for e in &self.times {
-            buf.put_i64(e.timestamp);
-            buf.put_u32(e.relative_offset);
+            times.put_i64(e.timestamp);
+            times.put_u32(e.relative_offset);
         }
-        write_synced(time_path, &buf)
+        (offsets, times)
     }
 
     /// Loads index files; `None` if either is missing or malformed, in which

@@ -35,6 +35,8 @@ pub struct AppendConfig {
     pub segment_bytes: u64,
     pub segment_ms: i64,
     pub log_append_time: bool,
+    /// `cleanup.policy` includes `compact`: sealed segments get a key index.
+    pub compact: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,7 +251,11 @@ impl Partition {
             return Ok(());
         }
         let next = active.next_offset();
+        let sealed_base = active.base_offset();
         st.active_mut().seal(now)?;
+        if cfg.compact {
+            build_key_index_in_background(self.dir.clone(), sealed_base);
+        }
         st.segments
             .insert(next, Segment::create(&self.dir, next, now)?);
         tracing::debug!(dir = %self.dir.display(), base_offset = next, "rolled segment");
@@ -264,43 +270,61 @@ impl Partition {
         max_bytes: usize,
         min_one: bool,
     ) -> Result<FetchSlice, LogError> {
-        let (reader, position, high_watermark, log_start_offset) = {
-            let st = self.state.lock();
-            let (start, end) = (st.log_start_offset, st.end_offset());
-            if offset < start || offset > end {
-                return Err(LogError::OffsetOutOfRange { offset, start, end });
+        let mut from = offset;
+        loop {
+            let (reader, position, seg_end, high_watermark, log_start_offset) = {
+                let st = self.state.lock();
+                let (start, end) = (st.log_start_offset, st.end_offset());
+                if from == offset && (offset < start || offset > end) {
+                    return Err(LogError::OffsetOutOfRange { offset, start, end });
+                }
+                if from == offset && self.below_local(&st, offset) {
+                    // Only `fetch` may read there: the next local segment is not the answer.
+                    return Err(LogError::Remote(format!(
+                        "offset {offset} is only in the object store"
+                    )));
+                }
+                let seg = (from < end).then(|| st.segment_for(from)).flatten();
+                match seg {
+                    Some(seg) => (
+                        Some(seg.reader()),
+                        seg.index_position(from),
+                        seg.next_offset(),
+                        end,
+                        start,
+                    ),
+                    None => (None, 0, end, end, start),
+                }
+            };
+            let mut records = Bytes::new();
+            if let Some(reader) = &reader {
+                match reader.locate(position, from)? {
+                    Some(loc) => {
+                        let data = reader.read_at(loc.position, max_bytes)?;
+                        let whole = batch::whole_batches_len(&data);
+                        records = if whole > 0 {
+                            data.slice(..whole)
+                        } else if min_one {
+                            reader.read_at(loc.position, loc.header.size)?
+                        } else {
+                            Bytes::new()
+                        };
+                    }
+                    // Compaction can remove the last batches of a sealed
+                    // segment; as in Kafka, the read goes on in the next one.
+                    None if seg_end < high_watermark && seg_end > from => {
+                        from = seg_end;
+                        continue;
+                    }
+                    None => {}
+                }
             }
-            if self.below_local(&st, offset) {
-                // Only `fetch` may read there: the next local segment is not the answer.
-                return Err(LogError::Remote(format!(
-                    "offset {offset} is only in the object store"
-                )));
-            }
-            let seg = (offset < end).then(|| st.segment_for(offset)).flatten();
-            match seg {
-                Some(seg) => (Some(seg.reader()), seg.index_position(offset), end, start),
-                None => (None, 0, end, start),
-            }
-        };
-        let mut records = Bytes::new();
-        if let Some(reader) = reader {
-            if let Some(loc) = reader.locate(position, offset)? {
-                let data = reader.read_at(loc.position, max_bytes)?;
-                let whole = batch::whole_batches_len(&data);
-                records = if whole > 0 {
-                    data.slice(..whole)
-                } else if min_one {
-                    reader.read_at(loc.position, loc.header.size)?
-                } else {
-                    Bytes::new()
-                };
-            }
+            return Ok(FetchSlice {
+                records,
+                high_watermark,
+                log_start_offset,
+            });
         }
-        Ok(FetchSlice {
-            records,
-            high_watermark,
-            log_start_offset,
-        })
     }
 
     /// The first record (offset, timestamp) with a timestamp at or after `timestamp`.
@@ -599,6 +623,26 @@ impl Partition {
     }
 }
 
+/// Builds a sealed segment's key index off the produce path: it decodes and
+/// decompresses the whole segment. A failure only costs time later, since a
+/// merge builds a missing index itself.
+fn build_key_index_in_background(dir: PathBuf, base_offset: i64) {
+    let spawned = std::thread::Builder::new()
+        .name("key-index".into())
+        .spawn(move || {
+            if let Err(e) = crate::compaction::key_index::build_for_segment(
+                &dir,
+                base_offset,
+                crate::compaction::key_index::DEFAULT_BUILD_BUDGET,
+            ) {
+                tracing::warn!(dir = %dir.display(), base_offset, error = %e, "key index build failed");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start key index build");
+    }
+}
+
 /// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
 pub(crate) fn first_record(
     data: &Bytes,
@@ -633,6 +677,7 @@ mod tests {
             segment_bytes: 1000,
             segment_ms: i64::MAX,
             log_append_time: false,
+            compact: false,
         }
     }
 

@@ -310,7 +310,8 @@ impl Segment {
 
     /// Removes every file of the segment.
     pub fn delete_files(&self) -> Result<(), LogError> {
-        for ext in ["meta", "index", "timeindex", "log"] {
+        // `keyindex` is written by compaction after sealing, when the topic is compacted.
+        for ext in ["meta", "keyindex", "index", "timeindex", "log"] {
             match std::fs::remove_file(self.dir.join(file_name(self.base_offset, ext))) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}

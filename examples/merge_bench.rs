@@ -1,0 +1,306 @@
+//! Merge benchmark: throughput against a plain copy of the same bytes, peak
+//! memory of the merge, and the policy's write amplification.
+//!
+//! Two sealed segments of keyed records are generated, then each measured
+//! step runs in a child process of this binary so its peak RSS (VmHWM) is its
+//! own: building the key indexes, a plain copy of both logs into one file,
+//! the compacting merge and the concatenating merge. All steps read the same
+//! bytes in the same run, mostly from the page cache, so the ratio compares
+//! the work of the merge with the work of moving the bytes.
+//!
+//! Environment: MERGE_BENCH_SEGMENT_MB (default 1024) per source segment,
+//! MERGE_BENCH_KEYS (default 2000000) distinct keys, MERGE_BENCH_CODEC
+//! (none, gzip, snappy, lz4, zstd; default none), MERGE_BENCH_DIR (default a
+//! temporary directory under target/).
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use strata::compaction::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
+use strata::compaction::policy::{simulate, Leveled};
+use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
+use strata::log::batch::{stamp_header, BatchHeader, HEADER_LEN};
+use strata::log::segment::Segment;
+
+const RECORDS_PER_BATCH: usize = 100;
+const VALUE_BYTES: usize = 100;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn codec() -> Compression {
+    match std::env::var("MERGE_BENCH_CODEC").as_deref() {
+        Ok("gzip") => Compression::Gzip,
+        Ok("snappy") => Compression::Snappy,
+        Ok("lz4") => Compression::Lz4,
+        Ok("zstd") => Compression::Zstd,
+        _ => Compression::None,
+    }
+}
+
+/// xorshift: reproducible keys without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Hex digits of random numbers: compresses about 2:1, like typical payloads.
+fn value(rng: &mut Rng) -> Bytes {
+    let mut v = String::with_capacity(VALUE_BYTES + 16);
+    while v.len() < VALUE_BYTES {
+        v.push_str(&format!("{:016x}", rng.next()));
+    }
+    v.truncate(VALUE_BYTES);
+    Bytes::from(v)
+}
+
+fn batch(rng: &mut Rng, keys: u64, ts: i64, compression: Compression) -> Bytes {
+    let records: Vec<Record> = (0..RECORDS_PER_BATCH)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: ts,
+            key: Some(Bytes::from(format!("key-{:012}", rng.next() % keys))),
+            value: Some(value(rng)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// Writes a sealed segment of about `bytes` bytes starting at `base`.
+fn generate(dir: &Path, base: i64, bytes: u64, keys: u64, seed: u64) -> i64 {
+    let mut seg = Segment::create(dir, base, 0).unwrap();
+    let mut rng = Rng(seed);
+    let compression = codec();
+    let mut n = 0i64;
+    while seg.size() < bytes {
+        let raw = batch(&mut rng, keys, 1_000_000 + n, compression);
+        let head = stamp_header(&raw, seg.next_offset(), 0, None);
+        let h = BatchHeader::parse(&head).unwrap().unwrap();
+        seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
+        n += 1;
+    }
+    seg.seal(1).unwrap();
+    seg.next_offset()
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs one measured step in this process (as the child).
+fn child(step: &str, src: &Path, out: &Path) {
+    let t = Instant::now();
+    let mut detail = String::new();
+    match step {
+        "keyindex" => {
+            for s in LocalSegment::list(src).unwrap() {
+                build_for_segment(src, s.meta().base_offset, DEFAULT_BUILD_BUDGET).unwrap();
+            }
+        }
+        "copy" => {
+            let mut w =
+                BufWriter::with_capacity(1 << 20, File::create(out.join("copy.log")).unwrap());
+            let mut buf = vec![0u8; 1 << 20];
+            for s in LocalSegment::list(src).unwrap() {
+                let mut r = s.log().unwrap();
+                loop {
+                    let n = r.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    w.write_all(&buf[..n]).unwrap();
+                }
+            }
+            w.into_inner().unwrap().sync_all().unwrap();
+        }
+        "compact" | "concat" => {
+            let sources = LocalSegment::list(src).unwrap();
+            let refs: Vec<&dyn SegmentSource> =
+                sources.iter().map(|s| s as &dyn SegmentSource).collect();
+            let mut sink = LocalSink::create(out, 0).unwrap();
+            let opts = MergeOptions {
+                mode: if step == "compact" {
+                    MergeMode::Compact
+                } else {
+                    MergeMode::Concatenate
+                },
+                target_level: 1,
+                // Every generated record is older than min.compaction.lag.ms.
+                keep_newer_than: 2_000_000_000,
+                tombstone_cutoff: None,
+                now_ms: 2_000_000_000,
+            };
+            let (meta, stats) = merge(&refs, &mut sink, &opts).unwrap();
+            detail = format!(
+                "output {} MiB, {} batches copied, {} rewritten, {} dropped, {} keys",
+                meta.size >> 20,
+                stats.batches_copied,
+                stats.batches_rewritten,
+                stats.batches_dropped,
+                stats.keys
+            );
+        }
+        other => panic!("unknown step {other}"),
+    }
+    println!(
+        "RESULT {} {} {}",
+        t.elapsed().as_secs_f64(),
+        vm_hwm_kib(),
+        detail
+    );
+}
+
+struct Measured {
+    secs: f64,
+    hwm_mib: f64,
+    detail: String,
+}
+
+fn run_child(step: &str, src: &Path, out: &Path) -> Measured {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).unwrap();
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args(["child", step, src.to_str().unwrap(), out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{step}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap();
+    let mut parts = line.splitn(3, ' ');
+    let secs: f64 = parts.next().unwrap().parse().unwrap();
+    let hwm: f64 = parts.next().unwrap().parse().unwrap();
+    Measured {
+        secs,
+        hwm_mib: hwm / 1024.0,
+        detail: parts.next().unwrap_or("").to_string(),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() == 5 && args[1] == "child" {
+        child(&args[2], Path::new(&args[3]), Path::new(&args[4]));
+        return;
+    }
+    let seg_mb = env_u64("MERGE_BENCH_SEGMENT_MB", 1024);
+    let keys = env_u64("MERGE_BENCH_KEYS", 2_000_000);
+    let root = std::env::var("MERGE_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/merge-bench"));
+    let _ = std::fs::remove_dir_all(&root);
+    let src = root.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+
+    println!(
+        "== merge bench: 2 segments x {seg_mb} MiB, {keys} keys, codec {:?}, {RECORDS_PER_BATCH} records/batch",
+        codec()
+    );
+    let t = Instant::now();
+    let next = generate(&src, 0, seg_mb << 20, keys, 0x9e3779b97f4a7c15);
+    generate(&src, next, seg_mb << 20, keys, 0x2545f4914f6cdd1d);
+    let input: u64 = LocalSegment::list(&src)
+        .unwrap()
+        .iter()
+        .map(|s| s.meta().size)
+        .sum();
+    let input_mib = input as f64 / (1 << 20) as f64;
+    println!(
+        "generated {input_mib:.0} MiB in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let ki = run_child("keyindex", &src, &root.join("ki"));
+    println!(
+        "key index build : {:7.2}s {:8.1} MiB/s   peak RSS {:6.1} MiB",
+        ki.secs,
+        input_mib / ki.secs,
+        ki.hwm_mib
+    );
+    let copy = run_child("copy", &src, &root.join("copy"));
+    println!(
+        "plain copy      : {:7.2}s {:8.1} MiB/s   peak RSS {:6.1} MiB",
+        copy.secs,
+        input_mib / copy.secs,
+        copy.hwm_mib
+    );
+    for step in ["compact", "concat"] {
+        let m = run_child(step, &src, &root.join(step));
+        println!(
+            "merge {step:<9} : {:7.2}s {:8.1} MiB/s   peak RSS {:6.1} MiB   throughput/copy {:.2}   ({})",
+            m.secs,
+            input_mib / m.secs,
+            m.hwm_mib,
+            copy.secs / m.secs,
+            m.detail
+        );
+    }
+
+    let total = 2_000_000_000u64;
+    for seg in [1u64 << 20, 8 << 20] {
+        println!("== policy: 2 GB into one partition, {} MiB segments (cleanup.policy=delete: nothing shrinks)", seg >> 20);
+        for fanout in [2usize, 4, 8, 16] {
+            let r = simulate(
+                &Leveled {
+                    fanout,
+                    max_segment_bytes: u32::MAX as u64,
+                    max_compaction_lag_ms: i64::MAX,
+                },
+                seg,
+                total,
+                None,
+            );
+            println!(
+                "fanout {fanout:2}: write amplification {:5.2}  segments at end {:3}  max {:3}  merges {:5}  levels {}",
+                r.write_amplification, r.segments_final, r.segments_max, r.merges, r.max_level
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

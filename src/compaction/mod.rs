@@ -1,0 +1,50 @@
+//! Leveled streaming compaction of sealed segments.
+//!
+//! Kafka's log cleaner builds a hash table of every key in the dirty part of
+//! the log and rewrites the log against it, so its memory grows with the key
+//! space and it needs the whole log on one local disk. Strata instead treats
+//! sealed segments like the runs of an LSM tree: each one carries a key index
+//! sorted by key hash (`key_index`), written once when the segment seals. A
+//! merge of N contiguous segments is then a true streaming merge sort of N
+//! sorted files that yields, per key, the newest offset; those survivors are
+//! marked in one bit per offset, and the records stream through that filter
+//! in offset order into one segment of the next level (`merge`). Memory is the
+//! fan-in times a read buffer plus the bitmaps (records / 8 bytes), whatever
+//! the size of the segments or of the key space.
+//!
+//! Which segments to merge, and when, is a small swappable `policy`: by
+//! default a fixed number of contiguous level-N segments make one level-N+1
+//! segment, so every byte is rewritten about once per level.
+//!
+//! The merge reads and writes through two narrow traits (`SegmentSource`,
+//! `SegmentSink` in `io`), with local-file implementations here; the object
+//! store implementations and the job queue that runs merges live with tiered
+//! storage. Nothing in this module touches the produce or fetch path: record
+//! batches are only decompressed here, off to the side.
+
+pub mod io;
+pub mod key_index;
+pub mod merge;
+pub mod policy;
+pub mod records;
+
+pub use io::{LocalSegment, LocalSink, SegmentSink, SegmentSource};
+pub use key_index::{KeyEntry, KeyIndexBuilder, KeyIndexReader};
+pub use merge::{merge, MergeMode, MergeOptions, MergeStats};
+pub use policy::{CompactionPolicy, Job, Leveled, NoCompaction, SegmentDesc};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Log(#[from] crate::log::LogError),
+    #[error("corrupt key index: {0}")]
+    CorruptIndex(String),
+    #[error("corrupt record batch at offset {offset}: {reason}")]
+    CorruptBatch { offset: i64, reason: String },
+    #[error("{codec} codec failed: {reason}")]
+    Codec { codec: &'static str, reason: String },
+    #[error("invalid merge: {0}")]
+    InvalidMerge(String),
+}
