@@ -19,14 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::Compression;
 use strata::compaction::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use strata::compaction::policy::{simulate, Leveled};
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
-use strata::log::batch::{stamp_header, BatchHeader, HEADER_LEN};
+use strata::log::batch::{encode_batch, stamp_header, BatchHeader, HEADER_LEN};
 use strata::log::segment::Segment;
 
 const RECORDS_PER_BATCH: usize = 100;
@@ -71,34 +69,13 @@ fn value(rng: &mut Rng) -> Bytes {
 }
 
 fn batch(rng: &mut Rng, keys: u64, ts: i64, compression: Compression) -> Bytes {
-    let records: Vec<Record> = (0..RECORDS_PER_BATCH)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: ts,
-            key: Some(Bytes::from(format!("key-{:012}", rng.next() % keys))),
-            value: Some(value(rng)),
-            headers: Default::default(),
+    let records = (0..RECORDS_PER_BATCH)
+        .map(|_| {
+            let key = Bytes::from(format!("key-{:012}", rng.next() % keys));
+            (Some(key), Some(value(rng)), ts)
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    encode_batch(records, None, compression).unwrap()
 }
 
 /// Writes a sealed segment of about `bytes` bytes starting at `base`.

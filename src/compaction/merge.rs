@@ -522,14 +522,12 @@ mod tests {
     use std::collections::BTreeMap;
     use std::path::Path;
 
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-        TimestampType,
-    };
+    use bytes::Bytes;
+    use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
     use super::*;
     use crate::compaction::io::{LocalSegment, LocalSink};
+    use crate::log::batch::encode_batch;
     use crate::log::{AppendConfig, Partition};
 
     const OLD: i64 = 1_000_000;
@@ -547,7 +545,7 @@ mod tests {
     }
 
     fn encode(spec: &Spec, serial: &mut u64) -> Bytes {
-        let records: Vec<Record> = spec
+        let records = spec
             .keys
             .iter()
             .enumerate()
@@ -555,34 +553,16 @@ mod tests {
                 *serial += 1;
                 let tomb = spec.tombstone_every > 0
                     && (*serial).is_multiple_of(spec.tombstone_every as u64);
-                Record {
-                    transactional: false,
-                    control: false,
-                    delete_horizon: false,
-                    partition_leader_epoch: -1,
-                    producer_id: spec.producer.map_or(-1, |_| PRODUCER),
-                    producer_epoch: spec.producer.map_or(-1, |_| 0),
-                    timestamp_type: TimestampType::Creation,
-                    offset: i as i64,
-                    sequence: spec.producer.map_or(i as i32 - 1, |s| s + i as i32),
-                    timestamp: spec.timestamp + i as i64,
-                    key: k.as_ref().map(|k| Bytes::from(k.clone())),
-                    value: (!tomb).then(|| Bytes::from(format!("value-{serial}"))),
-                    headers: Default::default(),
-                }
+                let value = (!tomb).then(|| Bytes::from(format!("value-{serial}")));
+                (
+                    k.as_ref().map(|k| Bytes::from(k.clone())),
+                    value,
+                    spec.timestamp + i as i64,
+                )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: spec.compression,
-            },
-        )
-        .unwrap();
-        buf.freeze()
+        let producer = spec.producer.map(|seq| (PRODUCER, 0, seq));
+        encode_batch(records, producer, spec.compression).unwrap()
     }
 
     fn cfg(segment_bytes: u64) -> AppendConfig {

@@ -5,14 +5,12 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::records::RecordKey;
 use crate::catalog::{Catalog, CatalogError};
-use crate::log::batch::BatchHeader;
+use crate::log::batch::{encode_batch, BatchHeader};
 use crate::log::{now_ms, AppendConfig, LogError, Partition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -56,35 +54,11 @@ impl OffsetsStore {
             return Ok(self.partition.end_offset());
         }
         let now = now_ms();
-        let records: Vec<Record> = records
+        let records = records
             .iter()
-            .enumerate()
-            .map(|(i, (key, value))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1 + i as i32,
-                timestamp: now,
-                key: Some(key.encode()),
-                value: value.clone(),
-                headers: Default::default(),
-            })
+            .map(|(key, value)| (Some(key.encode()), value.clone(), now))
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .map_err(|e| LogError::Corrupt(e.to_string()))?;
+        let buf = encode_batch(records, None, Compression::None)?;
         Ok(self
             .partition
             .append(&buf, &self.append_config)?

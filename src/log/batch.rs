@@ -6,7 +6,10 @@
 //! LogAppendTime topics, the max timestamp). Everything after the header is
 //! stored and served exactly as the producer sent it, whatever its codec.
 
-use bytes::{Buf, BufMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 use super::LogError;
 
@@ -192,6 +195,48 @@ pub fn stamp_header(
         (&mut out[CRC_OFFSET..CRC_OFFSET + 4]).put_u32(crc);
     }
     out
+}
+
+/// A record for [`encode_batch`]: key, value (None is a tombstone), timestamp.
+pub type NewRecord = (Option<Bytes>, Option<Bytes>, i64);
+
+/// Encodes records into one magic-2 batch at offsets 0.., as a producer
+/// would: the broker's own writes use it, and so do tests and benches.
+/// `producer` is (producer id, epoch, base sequence) for an idempotent batch.
+pub fn encode_batch(
+    records: Vec<NewRecord>,
+    producer: Option<(i64, i16, i32)>,
+    compression: Compression,
+) -> Result<Bytes, LogError> {
+    let (producer_id, producer_epoch, first_sequence) = producer.unwrap_or((-1, -1, -1));
+    let records: Vec<Record> = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, value, timestamp))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch unless offset - sequence stays constant.
+            sequence: first_sequence.wrapping_add(i as i32),
+            timestamp,
+            key,
+            value,
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options)
+        .map_err(|e| LogError::Corrupt(e.to_string()))?;
+    Ok(buf.freeze())
 }
 
 #[cfg(test)]

@@ -195,38 +195,23 @@ impl Raw {
 
 /// Encodes one uncompressed batch of `values` (keys "k0", "k1", ...).
 pub fn batch(values: &[&[u8]], producer_id: i64, epoch: i16, first_sequence: i32) -> Bytes {
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
-    let records: Vec<Record> = values
+    let records = values
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder groups records whose offset - sequence is constant.
-            sequence: first_sequence.wrapping_add(i as i32),
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::copy_from_slice(v)),
-            headers: Default::default(),
+        .map(|(i, v)| {
+            let key = Some(Bytes::from(format!("k{i}")));
+            (
+                key,
+                Some(Bytes::copy_from_slice(v)),
+                1_700_000_000_000 + i as i64,
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
+    let producer = (producer_id >= 0).then_some((producer_id, epoch, first_sequence));
+    strata::log::batch::encode_batch(
+        records,
+        producer,
+        kafka_protocol::records::Compression::None,
     )
-    .unwrap();
-    buf.freeze()
+    .unwrap()
 }
