@@ -104,11 +104,9 @@ pub struct BrokerConfig {
     #[arg(long, hide = true)]
     pub null_sink: bool,
 
-    // ---- Tiered storage (src/tier).
-    /// Object store for sealed segments: file:///path, s3://bucket/prefix or
-    /// memory:// (default: file://<data-dir>/objects).
-    #[arg(long, env = "STRATA_STORE")]
-    pub store: Option<String>,
+    // ---- Tiered storage (src/tier) and compaction (src/compaction).
+    #[command(flatten)]
+    pub object_store: StoreArgs,
 
     /// Bytes of object-store blocks kept in memory for reads of tiered segments.
     #[arg(long, env = "STRATA_CACHE_BYTES", default_value_t = 268_435_456)]
@@ -126,6 +124,44 @@ pub struct BrokerConfig {
     /// How often the tier scans partitions for segments to roll, upload and expire.
     #[arg(long, env = "STRATA_TIER_INTERVAL_MS", default_value_t = 500)]
     pub tier_interval_ms: u64,
+
+    /// Swapped-out compaction sources stay readable this long, so fetches
+    /// that read the previous manifest can finish.
+    #[arg(
+        long,
+        env = "STRATA_COMPACTION_DELETE_DELAY_MS",
+        default_value_t = 60_000
+    )]
+    pub compaction_delete_delay_ms: u64,
+
+    /// Segment objects no manifest names are deleted once this old (sources
+    /// of an interrupted compaction, outputs that lost a race). A merge that
+    /// cannot write its manifest within half of this gives up.
+    #[arg(long, env = "STRATA_ORPHAN_MIN_AGE_MS", default_value_t = 3_600_000)]
+    pub orphan_min_age_ms: u64,
+
+    /// How often the store is scanned for orphaned objects.
+    #[arg(
+        long,
+        env = "STRATA_ORPHAN_SCAN_INTERVAL_MS",
+        default_value_t = 600_000
+    )]
+    pub orphan_scan_interval_ms: u64,
+
+    /// Run a compaction worker inside the broker; it joins the same consumer
+    /// group as `strata compact` workers.
+    #[arg(long, env = "STRATA_COMPACTION_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub compaction_worker: bool,
+}
+
+/// Where sealed segments live; shared by `strata serve`, `strata compact`
+/// and `strata levels`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// Object store for sealed segments: file:///path, s3://bucket/prefix or
+    /// memory:// (default: file://<data-dir>/objects).
+    #[arg(long, env = "STRATA_STORE")]
+    pub store: Option<String>,
 
     /// S3 endpoint (MinIO, SeaweedFS, Ceph, R2, ...); default: AWS_ENDPOINT_URL or AWS.
     #[arg(long, env = "STRATA_S3_ENDPOINT")]

@@ -1,7 +1,12 @@
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-use strata::config::BrokerConfig;
+use strata::compaction::{levels, worker};
+use strata::config::{BrokerConfig, StoreArgs};
+use strata::tier::store::open_from_args;
+use worker::WorkerOptions;
 
 /// Strata: a Kafka-wire-compatible broker whose log settles into object storage in levels.
 #[derive(Parser)]
@@ -15,21 +20,53 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(BrokerConfig),
+    /// Run a standalone compaction worker: it takes jobs from the brokers'
+    /// `__strata_compaction` topic as a consumer group member and merges
+    /// segments in the object store directly.
+    Compact(CompactArgs),
+    /// Show a topic's tiered segments by compaction level, from the store.
+    Levels(LevelsArgs),
+}
+
+#[derive(Args)]
+struct CompactArgs {
+    /// A broker to take jobs from (host:port).
+    #[arg(long, env = "STRATA_BOOTSTRAP")]
+    bootstrap: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Data directory whose default store to use when --store is not given.
+    #[arg(long, env = "STRATA_DATA_DIR", default_value = "./strata-data")]
+    data_dir: PathBuf,
+    /// Where merges write their output before uploading it (default: a
+    /// directory under the system's temporary directory).
+    #[arg(long, env = "STRATA_SCRATCH_DIR")]
+    scratch_dir: Option<PathBuf>,
+    /// Recorded as the writer of the manifests this worker writes.
+    #[arg(long, env = "STRATA_NODE_ID", default_value_t = 1000)]
+    node_id: i32,
+    #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Args)]
+struct LevelsArgs {
+    topic: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Data directory whose default store to use when --store is not given.
+    #[arg(long, env = "STRATA_DATA_DIR", default_value = "./strata-data")]
+    data_dir: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Command::Serve(config) => {
-            let filter =
-                EnvFilter::try_new(&config.log_level).unwrap_or_else(|_| EnvFilter::new("info"));
-            tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .init();
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            init_logging(&config.log_level);
             runtime.block_on(async {
                 let server = strata::server::Server::start(config).await?;
                 tokio::select! {
@@ -41,7 +78,38 @@ fn main() -> anyhow::Result<()> {
                 }
             })
         }
+        Command::Compact(args) => {
+            init_logging(&args.log_level);
+            let store = open_from_args(&args.store, &args.data_dir)?;
+            let scratch = args.scratch_dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("strata-compact-{}", std::process::id()))
+            });
+            let opts = WorkerOptions::new(args.bootstrap, args.node_id, scratch);
+            runtime.block_on(async {
+                let (stop, stop_rx) = tokio::sync::watch::channel(false);
+                let worker = tokio::spawn(worker::run(store, opts, None, stop_rx));
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                stop.send_replace(true);
+                worker.await??;
+                Ok(())
+            })
+        }
+        Command::Levels(args) => {
+            let store = open_from_args(&args.store, &args.data_dir)?;
+            let report = runtime.block_on(levels::report(&store, &args.topic))?;
+            print!("{report}");
+            Ok(())
+        }
     }
+}
+
+fn init_logging(level: &str) {
+    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn shutdown_signal() {

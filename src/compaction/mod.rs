@@ -23,10 +23,15 @@
 //! batches are only decompressed here, off to the side.
 
 pub mod io;
+pub mod job;
 pub mod key_index;
+pub mod levels;
 pub mod merge;
 pub mod policy;
 pub mod records;
+pub mod scheduler;
+pub mod store_source;
+pub mod worker;
 
 pub use io::{LocalSegment, LocalSink, SegmentSink, SegmentSource};
 pub use key_index::{KeyEntry, KeyIndexBuilder, KeyIndexReader};
@@ -47,4 +52,10 @@ pub enum CompactionError {
     Codec { codec: &'static str, reason: String },
     #[error("invalid merge: {0}")]
     InvalidMerge(String),
+    #[error(transparent)]
+    Tier(#[from] crate::tier::TierError),
+    #[error("kafka client: {0}")]
+    Client(#[from] rdkafka::error::KafkaError),
+    #[error("malformed job record: {0}")]
+    BadJob(String),
 }

@@ -24,6 +24,7 @@
 
 use crate::catalog::config::TopicConfig;
 use crate::log::segment::SegmentMeta;
+use crate::tier::manifest::TieredSegment;
 
 /// What the policy knows about a sealed segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,18 @@ impl From<&SegmentMeta> for SegmentDesc {
             level: m.level,
             max_timestamp: m.max_timestamp,
             size: m.size,
+        }
+    }
+}
+
+impl From<&TieredSegment> for SegmentDesc {
+    fn from(s: &TieredSegment) -> SegmentDesc {
+        SegmentDesc {
+            base_offset: s.base_offset,
+            next_offset: s.next_offset,
+            level: s.level,
+            max_timestamp: s.max_timestamp,
+            size: s.size,
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::Broker;
 use crate::catalog::Catalog;
+use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
 use crate::tier::{self, Tier};
@@ -40,13 +41,7 @@ impl Server {
     ) -> anyhow::Result<Server> {
         let store = match store {
             Some(s) => s,
-            None => {
-                let url = config
-                    .store
-                    .clone()
-                    .unwrap_or_else(|| tier::store::default_url(&config.data_dir));
-                tier::store::open(&url, &tier::store::S3Options::from_config(&config))?
-            }
+            None => tier::store::open_from_args(&config.object_store, &config.data_dir)?,
         };
         // A wiped data directory is refilled from the store before the catalog reads it.
         let restored = tier::restore::restore(&store, &config.data_dir).await?;
@@ -84,6 +79,19 @@ impl Server {
         ));
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(tier.clone().run(stop_rx.clone()));
+        if config.compaction_worker {
+            let bootstrap = if local_addr.ip().is_unspecified() {
+                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local_addr.port())
+            } else {
+                local_addr
+            };
+            let opts = WorkerOptions::new(
+                bootstrap.to_string(),
+                config.node_id,
+                config.data_dir.join("compaction"),
+            );
+            tokio::spawn(run_compaction_worker(tier.clone(), opts, stop_rx.clone()));
+        }
         let retention_check =
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
         tokio::spawn(run_coordinator_timers(
@@ -188,6 +196,28 @@ async fn flush_periodically(
                 }
             }
         }
+    }
+}
+
+/// The broker's own compaction worker. It starts once the first job is
+/// queued, so a broker that never compacts never joins the worker group.
+async fn run_compaction_worker(
+    tier: Arc<Tier>,
+    opts: WorkerOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    while !tier.scheduler.has_jobs() {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+    }
+    let adopter = tier.clone();
+    let on_merged: OnMerged =
+        Arc::new(move |job, manifest| adopter.adopt(job.topic_id, job.partition, manifest));
+    if let Err(e) = worker::run(tier.store().clone(), opts, Some(on_merged), stop).await {
+        tracing::error!(error = %e, "the compaction worker stopped");
     }
 }
 

@@ -15,11 +15,14 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::TierError;
-use crate::log::segment::SegmentMeta;
+use crate::log::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
 pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// Older versions kept after a write, for readers that listed just before it.
 const KEEP_OLD_VERSIONS: u64 = 8;
+/// Lost races in a row before `commit` gives up; each loss means another
+/// writer made progress, so this only ends a pathological storm.
+const MAX_COMMIT_ATTEMPTS: usize = 16;
 
 /// Who wrote a manifest version: a broker node and one run of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +69,22 @@ impl TieredSegment {
             size: m.size,
             level: m.level,
             batch_count: m.batch_count,
+        }
+    }
+
+    /// The descriptor a merge reads (creation times are not kept in the manifest).
+    pub fn to_meta(&self) -> SegmentMeta {
+        SegmentMeta {
+            format_version: SEGMENT_FORMAT_VERSION,
+            level: self.level,
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
+            size: self.size,
+            batch_count: self.batch_count,
+            max_timestamp: self.max_timestamp,
+            max_timestamp_position: self.max_timestamp_position,
+            created_ms: 0,
+            sealed_ms: 0,
         }
     }
 
@@ -200,6 +219,43 @@ impl ManifestStore {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Writes the version after `base` with `edit` applied. When another
+    /// writer (the broker's uploader, a compaction worker) wrote that version
+    /// first, the latest version is loaded and `edit` applied to it again, so
+    /// writers never undo each other's changes; `edit` must therefore be
+    /// written against whatever version it is given, and fails (ending the
+    /// commit) when that version no longer allows it.
+    pub async fn commit(
+        &self,
+        base: &Manifest,
+        writer: &WriterEpoch,
+        mut edit: impl FnMut(&mut Manifest) -> Result<(), TierError>,
+    ) -> Result<Manifest, TierError> {
+        let mut base = base.clone();
+        for _ in 0..MAX_COMMIT_ATTEMPTS {
+            let mut next = base.next(writer, |_| {});
+            edit(&mut next)?;
+            match self.create(&next).await {
+                Ok(()) => {
+                    if let Err(e) = self.prune(next.version).await {
+                        tracing::debug!(error = %e, "pruning old manifest versions failed");
+                    }
+                    return Ok(next);
+                }
+                Err(TierError::Conflict { version }) => {
+                    base = self
+                        .load_latest()
+                        .await?
+                        .ok_or(TierError::Conflict { version })?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(TierError::Conflict {
+            version: base.version + 1,
+        })
     }
 
     /// Deletes versions older than the last few below `current`. Best effort:

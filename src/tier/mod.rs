@@ -7,7 +7,8 @@
 //! cluster.json                                       cluster id
 //! topics/<topic>/<topic-id>/topic.json               id, partitions, config
 //! topics/<topic>/<topic-id>/<p>/manifest/<v:020>.json  manifest versions (create-only)
-//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>.{log,index,timeindex,meta}
+//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-0.{log,index,timeindex,keyindex,meta}   sealed
+//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>-<job>.{...}                   merged
 //! ```
 //!
 //! The log layer sees this module only as a `RemoteLog` attached to each
@@ -17,6 +18,7 @@
 pub mod cache;
 pub mod fault;
 pub mod manifest;
+pub mod objects;
 pub mod remote;
 pub mod restore;
 pub mod store;
@@ -37,8 +39,8 @@ pub enum TierError {
     Log(#[from] crate::log::LogError),
     #[error("manifest version {version} was written by another writer first")]
     Conflict { version: u64 },
-    #[error("another writer owns this partition's manifest now")]
-    Fenced,
+    #[error("the manifest moved on: {0}")]
+    Superseded(String),
     #[error("corrupt object: {0}")]
     Corrupt(String),
     #[error("{0}")]

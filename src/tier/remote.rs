@@ -2,7 +2,6 @@
 //! the manifest and the block cache (what `Partition::fetch` calls below the
 //! first local segment).
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,8 +27,6 @@ pub struct TieredPartition {
     /// The newest manifest version this broker knows to be durable.
     manifest: RwLock<Arc<Manifest>>,
     cache: BlockCache,
-    /// Another writer won a manifest version: stop writing this partition.
-    pub fenced: AtomicBool,
 }
 
 impl TieredPartition {
@@ -50,7 +47,6 @@ impl TieredPartition {
             manifests,
             manifest: RwLock::new(Arc::new(manifest)),
             cache,
-            fenced: AtomicBool::new(false),
         }
     }
 
@@ -100,6 +96,40 @@ impl TieredPartition {
         Ok(None)
     }
 
+    /// Whole batches from the first segment at or after `offset` that still
+    /// holds a batch reaching it: compaction can empty the tail of a segment,
+    /// or a whole segment, and a reader must step over that gap.
+    async fn read_from(
+        &self,
+        manifest: &Manifest,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<Bytes, TierError> {
+        let first = manifest
+            .segments
+            .partition_point(|s| s.next_offset <= offset);
+        for seg in &manifest.segments[first..] {
+            let index = self.cache.index(&seg.key).await?;
+            let rel = (offset.max(seg.base_offset) - seg.base_offset).min(u32::MAX as i64) as u32;
+            let start = index.lookup_offset(rel) as u64;
+            let Some(loc) = self.find(seg, start, |h| h.last_offset() >= offset).await? else {
+                continue;
+            };
+            let data = self.read_log(seg, loc.position, max_bytes as u64).await?;
+            let whole = batch::whole_batches_len(&data);
+            return Ok(if whole > 0 {
+                data.slice(..whole)
+            } else if min_one {
+                self.read_log(seg, loc.position, loc.header.size as u64)
+                    .await?
+            } else {
+                Bytes::new()
+            });
+        }
+        Ok(Bytes::new())
+    }
+
     async fn read_impl(
         &self,
         offset: i64,
@@ -107,25 +137,38 @@ impl TieredPartition {
         min_one: bool,
     ) -> Result<Bytes, TierError> {
         let manifest = self.manifest();
-        let Some(seg) = manifest.segment_for(offset) else {
-            return Ok(Bytes::new());
-        };
-        let index = self.cache.index(&seg.key).await?;
-        let rel = (offset.max(seg.base_offset) - seg.base_offset).min(u32::MAX as i64) as u32;
-        let start = index.lookup_offset(rel) as u64;
-        let Some(loc) = self.find(seg, start, |h| h.last_offset() >= offset).await? else {
-            return Ok(Bytes::new());
-        };
-        let data = self.read_log(seg, loc.position, max_bytes as u64).await?;
-        let whole = batch::whole_batches_len(&data);
-        Ok(if whole > 0 {
-            data.slice(..whole)
-        } else if min_one {
-            self.read_log(seg, loc.position, loc.header.size as u64)
-                .await?
+        match self.read_from(&manifest, offset, max_bytes, min_one).await {
+            Err(e) if is_not_found(&e) => {
+                // A compaction elsewhere replaced the segment and its grace
+                // period is over: read through the newer manifest.
+                if !self.refresh().await? {
+                    return Err(e);
+                }
+                let manifest = self.manifest();
+                self.read_from(&manifest, offset, max_bytes, min_one).await
+            }
+            other => other,
+        }
+    }
+
+    /// Loads the latest manifest version from the store; true when it is
+    /// newer than the one in use.
+    pub async fn refresh(&self) -> Result<bool, TierError> {
+        match self.manifests.load_latest().await? {
+            Some(latest) => Ok(self.adopt(latest)),
+            None => Ok(false),
+        }
+    }
+
+    /// Takes `m` if it is newer than the version in use (versions only grow).
+    pub fn adopt(&self, m: Manifest) -> bool {
+        let mut current = self.manifest.write();
+        if m.version > current.version {
+            *current = Arc::new(m);
+            true
         } else {
-            Bytes::new()
-        })
+            false
+        }
     }
 
     async fn offset_for_timestamp_impl(
@@ -182,6 +225,14 @@ impl TieredPartition {
             .await?;
         let max_ts = seg.max_timestamp;
         Ok(first_record(&data, &loc.header, |_, ts| ts == max_ts)?)
+    }
+}
+
+fn is_not_found(e: &TierError) -> bool {
+    match e {
+        TierError::Store(object_store::Error::NotFound { .. }) => true,
+        TierError::Shared(inner) => is_not_found(inner),
+        _ => false,
     }
 }
 

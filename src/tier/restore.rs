@@ -29,6 +29,30 @@ pub struct Restored {
     pub partitions: usize,
 }
 
+/// The topic description under `topics/<name>/`: one id per name normally;
+/// leftovers of a deleted incarnation lose to the newest `topic.json`.
+pub async fn newest_topic_file(
+    store: &Arc<dyn ObjectStore>,
+    name_prefix: &Path,
+) -> Result<Option<TopicFile>, TierError> {
+    let ids = store.list_with_delimiter(Some(name_prefix)).await?;
+    let mut best: Option<(i64, TopicFile)> = None;
+    for id_prefix in ids.common_prefixes {
+        let r = match store.get(&id_prefix.child("topic.json")).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let stamp = r.meta.last_modified.timestamp_millis();
+        let file: TopicFile = serde_json::from_slice(&r.bytes().await?)
+            .map_err(|e| TierError::Corrupt(format!("{id_prefix}/topic.json: {e}")))?;
+        if best.as_ref().is_none_or(|(s, _)| stamp > *s) {
+            best = Some((stamp, file));
+        }
+    }
+    Ok(best.map(|(_, f)| f))
+}
+
 pub async fn restore(
     store: &Arc<dyn ObjectStore>,
     data_dir: &FsPath,
@@ -55,24 +79,9 @@ pub async fn restore(
             // Internal topics are never tiered (see `uploader::all_partitions`).
             continue;
         }
-        // One id per name normally; leftovers of a deleted incarnation lose
-        // to the newest topic.json.
-        let ids = store.list_with_delimiter(Some(&name_prefix)).await?;
-        let mut best: Option<(i64, TopicFile)> = None;
-        for id_prefix in ids.common_prefixes {
-            let r = match store.get(&id_prefix.child("topic.json")).await {
-                Ok(r) => r,
-                Err(object_store::Error::NotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let stamp = r.meta.last_modified.timestamp_millis();
-            let file: TopicFile = serde_json::from_slice(&r.bytes().await?)
-                .map_err(|e| TierError::Corrupt(format!("{id_prefix}/topic.json: {e}")))?;
-            if best.as_ref().is_none_or(|(s, _)| stamp > *s) {
-                best = Some((stamp, file));
-            }
-        }
-        let Some((_, file)) = best else { continue };
+        let Some(file) = newest_topic_file(store, &name_prefix).await? else {
+            continue;
+        };
         let dir = data_dir.join("topics").join(&name);
         let local = std::fs::read(dir.join("topic.json"))
             .ok()

@@ -17,7 +17,7 @@ use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 
 use super::TierError;
-use crate::config::BrokerConfig;
+use crate::config::StoreArgs;
 
 /// The store URL used when none is given.
 pub fn default_url(data_dir: &FsPath) -> String {
@@ -36,7 +36,7 @@ pub struct S3Options {
 }
 
 impl S3Options {
-    pub fn from_config(c: &BrokerConfig) -> S3Options {
+    pub fn from_args(c: &StoreArgs) -> S3Options {
         S3Options {
             endpoint: c.s3_endpoint.clone(),
             region: c.s3_region.clone(),
@@ -44,6 +44,16 @@ impl S3Options {
             virtual_hosted: c.s3_virtual_hosted,
         }
     }
+}
+
+/// Opens the store the flags name, by default the `file://` store under
+/// `data_dir`.
+pub fn open_from_args(
+    args: &StoreArgs,
+    data_dir: &FsPath,
+) -> Result<Arc<dyn ObjectStore>, TierError> {
+    let url = args.store.clone().unwrap_or_else(|| default_url(data_dir));
+    open(&url, &S3Options::from_args(args))
 }
 
 /// Opens the store for `url`; every key the broker uses is relative to it.

@@ -17,7 +17,6 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -25,18 +24,20 @@ use uuid::Uuid;
 use super::cache::BlockCache;
 use super::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
 use super::remote::TieredPartition;
-use super::{partition_prefix, segment_key, topic_prefix, TierError};
+use super::{objects, partition_prefix, segment_key, topic_prefix, TierError};
 use crate::catalog::{Catalog, Topic, TopicFile};
+use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
+use crate::compaction::LocalSegment;
 use crate::config::BrokerConfig;
-use crate::log::segment::{file_name, SegmentMeta};
+use crate::log::segment::SegmentMeta;
 use crate::log::{now_ms, Partition};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Partitions worked on at once.
 const CONCURRENCY: usize = 4;
-/// Segment logs are streamed to the store in parts of this size.
-const UPLOAD_PART: usize = 8 << 20;
+/// A compaction job not done after this long is queued again.
+const REQUEUE_AFTER: Duration = Duration::from_secs(300);
 /// A partition's turn that makes no progress for this long is abandoned and retried.
 const TEND_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -69,6 +70,10 @@ pub struct Tier {
     backpressure: Arc<AtomicBool>,
     max_pending: u64,
     interval: Duration,
+    pub scheduler: Scheduler,
+    orphan_min_age: Duration,
+    orphan_scan_interval: Duration,
+    last_orphan_scan: Mutex<Instant>,
     pub stats: TierStats,
 }
 
@@ -80,6 +85,16 @@ impl Tier {
         catalog: Arc<Catalog>,
         config: &BrokerConfig,
     ) -> Result<Arc<Tier>, TierError> {
+        let orphan_min_age = Duration::from_millis(config.orphan_min_age_ms);
+        let scheduler = Scheduler::open(
+            catalog.clone(),
+            SchedulerSettings {
+                delete_delay_ms: config.compaction_delete_delay_ms,
+                max_run_ms: config.orphan_min_age_ms / 2,
+                requeue_after: REQUEUE_AFTER,
+            },
+        )
+        .map_err(|e| TierError::Config(e.to_string()))?;
         let tier = Arc::new(Tier {
             cache: BlockCache::new(store.clone(), config.cache_bytes),
             store,
@@ -90,6 +105,10 @@ impl Tier {
             backpressure: Arc::new(AtomicBool::new(false)),
             max_pending: config.max_pending_upload_bytes,
             interval: Duration::from_millis(config.tier_interval_ms.max(10)),
+            scheduler,
+            orphan_min_age,
+            orphan_scan_interval: Duration::from_millis(config.orphan_scan_interval_ms),
+            last_orphan_scan: Mutex::new(Instant::now()),
             stats: TierStats::default(),
         });
         // Until its manifest is loaded a partition cannot tell tiered offsets
@@ -139,6 +158,13 @@ impl Tier {
     pub fn manifest_of(&self, topic: &str, partition: i32) -> Option<Arc<Manifest>> {
         let id = self.catalog.topic(topic)?.id();
         self.remote(id, partition).map(|r| r.manifest())
+    }
+
+    /// Takes a manifest a compaction worker in this process just wrote.
+    pub fn adopt(&self, topic_id: Uuid, partition: i32, manifest: &Manifest) {
+        if let Some(remote) = self.remote(topic_id, partition) {
+            remote.adopt(manifest.clone());
+        }
     }
 
     /// Whether produce is being refused because uploads lag.
@@ -237,6 +263,17 @@ impl Tier {
                 tracing::info!(pending, "uploads caught up: accepting produce again");
             }
         }
+        let scan_due = {
+            let mut last = self.last_orphan_scan.lock();
+            let due = last.elapsed() >= self.orphan_scan_interval;
+            if due {
+                *last = Instant::now();
+            }
+            due
+        };
+        if scan_due {
+            self.scan_orphans().await;
+        }
         futures::stream::iter(work)
             .for_each_concurrent(CONCURRENCY, |(topic, index, partition)| async move {
                 let result =
@@ -258,7 +295,7 @@ impl Tier {
     }
 
     /// Uploads, expires and releases one partition, unless it is backing
-    /// off after a failure or fenced.
+    /// off after a failure.
     async fn tend(
         &self,
         topic: &Topic,
@@ -267,7 +304,7 @@ impl Tier {
     ) -> Result<(), TierError> {
         let entry = self.entry(topic, index, partition).await?;
         let remote = &entry.remote;
-        if remote.fenced.load(Ordering::Relaxed) || Instant::now() < entry.backoff.lock().next_try {
+        if Instant::now() < entry.backoff.lock().next_try {
             return Ok(());
         }
         let result = self.tend_now(topic, partition, remote).await;
@@ -298,7 +335,20 @@ impl Tier {
             .collect();
         if !todo.is_empty() {
             let mut uploaded = Vec::with_capacity(todo.len());
+            let compact = topic.config().compact();
             for meta in &todo {
+                if compact {
+                    // Merges read the key index from the store; building it
+                    // here (if the build after sealing has not finished)
+                    // saves every merge from rebuilding it from the log.
+                    let (dir, base) = (partition.dir().to_path_buf(), meta.base_offset);
+                    tokio::task::spawn_blocking(move || {
+                        LocalSegment::open(&dir, base)?.ensure_key_index()
+                    })
+                    .await
+                    .map_err(|e| TierError::Corrupt(format!("key index task: {e}")))?
+                    .map_err(|e| TierError::Corrupt(format!("key index of {base}: {e}")))?;
+                }
                 let key = segment_key(&remote.prefix, meta.base_offset, meta.level);
                 self.upload_segment(partition.dir(), meta, &key).await?;
                 uploaded.push(TieredSegment::from_meta(key, meta));
@@ -318,7 +368,59 @@ impl Tier {
                 partition.release_local(meta.base_offset)?;
             }
         }
+        self.schedule(topic, remote).await
+    }
+
+    /// Queues the merge the topic's policy wants, if any, against the
+    /// latest manifest (a worker may have changed it since this broker
+    /// last wrote or read it).
+    async fn schedule(&self, topic: &Topic, remote: &TieredPartition) -> Result<(), TierError> {
+        let index = remote.index;
+        if self
+            .scheduler
+            .due(topic, index, &remote.manifest())
+            .is_none()
+            && !self.scheduler.should_check(topic.id(), index)
+        {
+            return Ok(());
+        }
+        remote.refresh().await?;
+        if let Some(job) = self.scheduler.due(topic, index, &remote.manifest()) {
+            self.scheduler.queue(job)?;
+        }
         Ok(())
+    }
+
+    /// Deletes segment objects no manifest names (see `objects::collect_orphans`).
+    async fn scan_orphans(&self) {
+        let remotes: Vec<Arc<TieredPartition>> = self
+            .partitions
+            .lock()
+            .values()
+            .map(|e| e.remote.clone())
+            .collect();
+        for remote in remotes {
+            let result = async {
+                remote.refresh().await?;
+                objects::collect_orphans(
+                    &self.store,
+                    &remote.prefix,
+                    &remote.manifest(),
+                    self.orphan_min_age,
+                )
+                .await
+            }
+            .await;
+            match result {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(topic = %remote.topic, partition = remote.index, objects = n, "deleted orphaned objects")
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %remote.topic, partition = remote.index, error = %e, "orphan scan failed")
+                }
+            }
+        }
     }
 
     /// Applies retention.ms / retention.bytes and DeleteRecords to the
@@ -406,92 +508,39 @@ impl Tier {
         .await?;
         // Only now that no durable manifest names them may the objects go.
         for s in dropped {
-            for ext in ["meta", "index", "timeindex", "log"] {
-                match self.store.delete(&s.object(ext)).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            objects::delete_segment(&self.store, &s.key).await?;
             self.cache.forget(&s.key, s.size).await;
         }
         Ok(())
     }
 
-    /// Writes the next manifest version. On a conflict the winner's version
-    /// is adopted; if a different writer won, this broker stops writing the
-    /// partition (fenced).
+    /// Writes the next manifest version with `edit` applied, on top of
+    /// whatever a compaction worker or an earlier run of this broker wrote.
     async fn commit(
         &self,
         remote: &TieredPartition,
-        edit: impl FnOnce(&mut Manifest),
+        edit: impl Fn(&mut Manifest),
     ) -> Result<(), TierError> {
-        let next = remote.manifest().next(&self.writer, edit);
-        match remote.manifests.create(&next).await {
-            Ok(()) => {
-                self.stats.puts.fetch_add(1, Ordering::Relaxed);
-                let version = next.version;
-                remote.set_manifest(next);
-                if let Err(e) = remote.manifests.prune(version).await {
-                    tracing::debug!(error = %e, "pruning old manifest versions failed");
-                }
+        let next = remote
+            .manifests
+            .commit(&remote.manifest(), &self.writer, |m| {
+                edit(m);
                 Ok(())
-            }
-            Err(TierError::Conflict { version }) => {
-                let latest = remote.manifests.load_latest().await?;
-                let Some(latest) = latest else {
-                    return Err(TierError::Conflict { version });
-                };
-                let other = latest.writer != self.writer;
-                remote.set_manifest(latest);
-                if other {
-                    remote.fenced.store(true, Ordering::Relaxed);
-                    tracing::error!(topic = %remote.topic, partition = remote.index, version, "another writer won the manifest; no longer tiering this partition");
-                    Err(TierError::Fenced)
-                } else {
-                    // Our own earlier write landed after all; retry on top of it.
-                    Err(TierError::Conflict { version })
-                }
-            }
-            Err(e) => Err(e),
-        }
+            })
+            .await?;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        remote.set_manifest(next);
+        Ok(())
     }
 
-    /// Uploads the four files of a sealed segment; the log is streamed in
-    /// parts, the descriptor goes last (as locally).
     async fn upload_segment(
         &self,
         dir: &FsPath,
         meta: &SegmentMeta,
         key: &str,
     ) -> Result<(), TierError> {
-        let base = meta.base_offset;
-        let file = tokio::fs::File::open(dir.join(file_name(base, "log"))).await?;
-        let mut reader = file.take(meta.size);
-        let mut writer = object_store::buffered::BufWriter::with_capacity(
-            self.store.clone(),
-            Path::from(format!("{key}.log")),
-            UPLOAD_PART,
-        );
-        let copied = tokio::io::copy(&mut reader, &mut writer).await?;
-        if copied != meta.size {
-            writer.abort().await?;
-            return Err(TierError::Corrupt(format!(
-                "segment {base}: read {copied} of {} bytes",
-                meta.size
-            )));
-        }
-        writer.shutdown().await?;
-        self.stats.puts.fetch_add(1, Ordering::Relaxed);
-        for ext in ["index", "timeindex", "meta"] {
-            let bytes = tokio::fs::read(dir.join(file_name(base, ext))).await?;
-            self.store
-                .put(
-                    &Path::from(format!("{key}.{ext}")),
-                    PutPayload::from(Bytes::from(bytes)),
-                )
-                .await?;
-            self.stats.puts.fetch_add(1, Ordering::Relaxed);
-        }
+        let puts = objects::upload_segment(&self.store, dir, meta, key).await?;
+        self.stats.puts.fetch_add(puts, Ordering::Relaxed);
         self.stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
         self.stats
             .bytes_uploaded

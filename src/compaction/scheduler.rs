@@ -1,0 +1,180 @@
+//! Deciding when a partition needs a merge and queuing the job.
+//!
+//! The broker that tiers a partition asks its topic's policy, after every
+//! change to the manifest, whether a merge is due; if so it appends a job
+//! record to `__strata_compaction`, where any worker (in a broker or a
+//! standalone `strata compact`) picks it up through its consumer group.
+//! A queued job is not queued again while it may still be running; if it
+//! was lost (a worker died, the store failed) it is queued again after
+//! `requeue_after`, and re-running a job is harmless anyway.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::records::Compression;
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use super::job::{JobSpec, JOBS_TOPIC};
+use super::policy::{self, SegmentDesc};
+use crate::catalog::config::COMPACTION_POLICY;
+use crate::catalog::{Catalog, CatalogError, Topic};
+use crate::log::batch::encode_batch;
+use crate::log::{now_ms, LogError};
+use crate::tier::manifest::Manifest;
+
+/// Partitions of the job topic: jobs spread over this many workers at most.
+const JOB_PARTITIONS: i32 = 4;
+
+/// How often a broker rereads the manifest of a partition with a job
+/// outstanding, to see a standalone worker's result.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The job last queued for a partition.
+struct Queued {
+    sources: Vec<String>,
+    at: Instant,
+    checked: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerSettings {
+    pub delete_delay_ms: u64,
+    pub max_run_ms: u64,
+    /// A job not finished after this long is queued again.
+    pub requeue_after: Duration,
+}
+
+pub struct Scheduler {
+    catalog: Arc<Catalog>,
+    settings: SchedulerSettings,
+    queued: Mutex<HashMap<(Uuid, i32), Queued>>,
+    pub jobs_queued: AtomicU64,
+}
+
+impl Scheduler {
+    /// Creates the job topic on first start.
+    pub fn open(
+        catalog: Arc<Catalog>,
+        settings: SchedulerSettings,
+    ) -> Result<Scheduler, CatalogError> {
+        if catalog.topic(JOBS_TOPIC).is_none() {
+            catalog.create_topic(
+                JOBS_TOPIC,
+                JOB_PARTITIONS,
+                1,
+                &[
+                    ("retention.ms", Some("86400000")),
+                    ("segment.bytes", Some("16777216")),
+                    // Merging the job log itself would only queue more jobs.
+                    (COMPACTION_POLICY, Some(policy::POLICY_NONE)),
+                ],
+            )?;
+        }
+        Ok(Scheduler {
+            catalog,
+            settings,
+            queued: Mutex::new(HashMap::new()),
+            jobs_queued: AtomicU64::new(0),
+        })
+    }
+
+    /// The merge the topic's policy wants for this manifest, unless the
+    /// same one was queued recently.
+    pub fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Option<JobSpec> {
+        let config = topic.config();
+        let descs: Vec<SegmentDesc> = manifest.segments.iter().map(SegmentDesc::from).collect();
+        let now = now_ms();
+        let Some(job) = policy::for_topic(&config).next_job(&descs, now) else {
+            self.queued.lock().remove(&(topic.id(), partition));
+            return None;
+        };
+        let sources: Vec<String> = manifest.segments[job.first..job.first + job.count]
+            .iter()
+            .map(|s| s.key.clone())
+            .collect();
+        let recent = self
+            .queued
+            .lock()
+            .get(&(topic.id(), partition))
+            .is_some_and(|q| q.sources == sources && q.at.elapsed() < self.settings.requeue_after);
+        if recent {
+            return None;
+        }
+        Some(JobSpec {
+            topic: topic.name().to_string(),
+            topic_id: topic.id(),
+            partition,
+            sources,
+            target_level: job.target_level,
+            config,
+            delete_delay_ms: self.settings.delete_delay_ms,
+            max_run_ms: self.settings.max_run_ms,
+            queued_ms: now,
+        })
+    }
+
+    /// Appends the job to the job topic.
+    pub fn queue(&self, job: JobSpec) -> Result<(), LogError> {
+        let topic = self
+            .catalog
+            .topic(JOBS_TOPIC)
+            .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} is missing")))?;
+        let key = job.record_key();
+        let index =
+            (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % topic.partition_count() as u64) as i32;
+        let partition = topic
+            .partition(index)
+            .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} lost partition {index}")))?;
+        let value = serde_json::to_vec(&job).map_err(|e| LogError::Corrupt(e.to_string()))?;
+        let batch = encode_batch(
+            vec![(Some(Bytes::from(key)), Some(Bytes::from(value)), now_ms())],
+            None,
+            Compression::None,
+        )?;
+        partition.append(&batch, &topic.append_config())?;
+        tracing::debug!(
+            topic = job.topic,
+            partition = job.partition,
+            sources = job.sources.len(),
+            level = job.target_level,
+            "queued compaction job"
+        );
+        let now = Instant::now();
+        self.queued.lock().insert(
+            (job.topic_id, job.partition),
+            Queued {
+                sources: job.sources,
+                at: now,
+                checked: now,
+            },
+        );
+        self.jobs_queued.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether a job is outstanding for the partition and its manifest was
+    /// not reread for a while (a worker elsewhere may have finished it).
+    pub fn should_check(&self, topic_id: Uuid, partition: i32) -> bool {
+        let mut queued = self.queued.lock();
+        match queued.get_mut(&(topic_id, partition)) {
+            Some(q) if q.checked.elapsed() >= CHECK_EVERY => {
+                q.checked = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether any job was ever queued (the broker's worker starts then).
+    pub fn has_jobs(&self) -> bool {
+        self.catalog.topic(JOBS_TOPIC).is_some_and(|t| {
+            t.partitions()
+                .iter()
+                .any(|p| p.end_offset() > p.log_start_offset())
+        })
+    }
+}

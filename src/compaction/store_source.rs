@@ -1,0 +1,142 @@
+//! A tiered segment as a merge source, read straight from the object store.
+//!
+//! The merge is synchronous and sequential, so a source is a plain `Read`
+//! that fetches the object in ranged GETs of `CHUNK` bytes as it goes: memory
+//! is one chunk per open stream whatever the segment's size, and nothing is
+//! staged on disk. Runs on a blocking thread and drives the async store
+//! through the runtime handle it was given.
+
+use std::fs::File;
+use std::io::{BufWriter, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes};
+use object_store::path::Path;
+use object_store::ObjectStore;
+use tokio::runtime::Handle;
+
+use super::io::{BatchStream, SegmentSource};
+use super::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET, KEY_INDEX_EXT};
+use super::CompactionError;
+use crate::log::segment::SegmentMeta;
+use crate::tier::manifest::TieredSegment;
+use crate::tier::TierError;
+
+const CHUNK: u64 = 4 << 20;
+
+pub struct StoreSegment {
+    store: Arc<dyn ObjectStore>,
+    key: String,
+    meta: SegmentMeta,
+    handle: Handle,
+    /// Where a missing key index is built.
+    scratch: PathBuf,
+}
+
+impl StoreSegment {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        segment: &TieredSegment,
+        handle: Handle,
+        scratch: PathBuf,
+    ) -> StoreSegment {
+        StoreSegment {
+            store,
+            key: segment.key.clone(),
+            meta: segment.to_meta(),
+            handle,
+            scratch,
+        }
+    }
+
+    fn object(&self, ext: &str, size: u64) -> ObjectReader {
+        ObjectReader {
+            store: self.store.clone(),
+            path: Path::from(format!("{}.{ext}", self.key)),
+            size,
+            position: 0,
+            chunk: Bytes::new(),
+            handle: self.handle.clone(),
+        }
+    }
+
+    /// Segments sealed before key indexes were uploaded (or whose index was
+    /// still being built at upload) get one built here from the log, spilled
+    /// to the scratch directory with the same bounded budget as at seal time.
+    fn build_key_index(&self) -> Result<File, CompactionError> {
+        std::fs::create_dir_all(&self.scratch)?;
+        let mut builder =
+            KeyIndexBuilder::new(self.meta.base_offset, DEFAULT_BUILD_BUDGET, &self.scratch);
+        let mut stream = BatchStream::new(self.object("log", self.meta.size));
+        while let Some((header, bytes)) = stream.next_batch()? {
+            add_batch_records(&mut builder, &header, bytes)?;
+        }
+        let path = self.scratch.join(format!(
+            "{}.{}",
+            uuid::Uuid::new_v4().simple(),
+            KEY_INDEX_EXT
+        ));
+        let out = builder.finish(BufWriter::new(File::create(&path)?))?;
+        drop(out.into_inner().map_err(|e| e.into_error())?);
+        let file = File::open(&path)?;
+        // Open files outlive their name: nothing to clean up later.
+        std::fs::remove_file(&path)?;
+        Ok(file)
+    }
+}
+
+impl SegmentSource for StoreSegment {
+    fn meta(&self) -> &SegmentMeta {
+        &self.meta
+    }
+
+    fn log(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
+        Ok(Box::new(self.object("log", self.meta.size)))
+    }
+
+    fn key_index(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
+        let path = Path::from(format!("{}.{KEY_INDEX_EXT}", self.key));
+        match self.handle.block_on(self.store.head(&path)) {
+            Ok(head) => Ok(Box::new(self.object(KEY_INDEX_EXT, head.size))),
+            Err(object_store::Error::NotFound { .. }) => Ok(Box::new(self.build_key_index()?)),
+            Err(e) => Err(TierError::from(e).into()),
+        }
+    }
+}
+
+/// Sequential reads of one object through ranged GETs.
+struct ObjectReader {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+    position: u64,
+    chunk: Bytes,
+    handle: Handle,
+}
+
+impl Read for ObjectReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.chunk.is_empty() {
+            if self.position >= self.size {
+                return Ok(0);
+            }
+            let end = (self.position + CHUNK).min(self.size);
+            self.chunk = self
+                .handle
+                .block_on(self.store.get_range(&self.path, self.position..end))
+                .map_err(std::io::Error::other)?;
+            if self.chunk.is_empty() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("{} ended at {} of {}", self.path, self.position, self.size),
+                ));
+            }
+            self.position += self.chunk.len() as u64;
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk.advance(n);
+        Ok(n)
+    }
+}

@@ -1,0 +1,137 @@
+//! The objects of one tiered segment: uploading them from a local segment
+//! directory, deleting them, and finding the ones no manifest names.
+//!
+//! A segment is a `.log` plus small companions, all under one key prefix.
+//! The descriptor (`.meta`) is written last and deleted first, so a listing
+//! that shows it shows a whole segment. Objects are never modified: a
+//! merge's output gets a key of its own, never a source's.
+
+use std::collections::HashSet;
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutPayload};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::manifest::Manifest;
+use super::TierError;
+use crate::compaction::key_index::KEY_INDEX_EXT;
+use crate::log::segment::{file_name, SegmentMeta};
+
+/// Segment logs are streamed to the store in parts of this size.
+const UPLOAD_PART: usize = 8 << 20;
+
+/// Companions uploaded when present locally, before the descriptor.
+const COMPANIONS: [&str; 3] = ["index", "timeindex", KEY_INDEX_EXT];
+
+/// Every extension a segment's objects may have, descriptor first.
+pub const ALL_EXTENSIONS: [&str; 5] = ["meta", "index", "timeindex", KEY_INDEX_EXT, "log"];
+
+/// Uploads the local segment `base` of `dir` under `key`: the log streamed
+/// in parts, then its companions, then the descriptor. Returns the number
+/// of PUTs made.
+pub async fn upload_segment(
+    store: &Arc<dyn ObjectStore>,
+    dir: &FsPath,
+    meta: &SegmentMeta,
+    key: &str,
+) -> Result<u64, TierError> {
+    let base = meta.base_offset;
+    let file = tokio::fs::File::open(dir.join(file_name(base, "log"))).await?;
+    let mut reader = file.take(meta.size);
+    let mut writer = object_store::buffered::BufWriter::with_capacity(
+        store.clone(),
+        Path::from(format!("{key}.log")),
+        UPLOAD_PART,
+    );
+    let copied = tokio::io::copy(&mut reader, &mut writer).await?;
+    if copied != meta.size {
+        writer.abort().await?;
+        return Err(TierError::Corrupt(format!(
+            "segment {base}: read {copied} of {} bytes",
+            meta.size
+        )));
+    }
+    writer.shutdown().await?;
+    let mut puts = 1;
+    for ext in COMPANIONS.iter().chain(&["meta"]) {
+        let bytes = match tokio::fs::read(dir.join(file_name(base, ext))).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *ext == KEY_INDEX_EXT => continue,
+            Err(e) => return Err(e.into()),
+        };
+        store
+            .put(
+                &Path::from(format!("{key}.{ext}")),
+                PutPayload::from(Bytes::from(bytes)),
+            )
+            .await?;
+        puts += 1;
+    }
+    Ok(puts)
+}
+
+/// Deletes every object of the segment `key`, descriptor first; objects
+/// already gone are fine (deletes are retried after crashes).
+pub async fn delete_segment(store: &Arc<dyn ObjectStore>, key: &str) -> Result<(), TierError> {
+    for ext in ALL_EXTENSIONS {
+        match store.delete(&Path::from(format!("{key}.{ext}"))).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the segment objects under `partition` that `manifest` does not
+/// name and that are older than `min_age`: sources a crashed compaction
+/// swapped out but never deleted, outputs of merges that lost a race or
+/// died before their manifest write, uploads retention overtook. Objects
+/// at or beyond the manifest's end are left alone, since they may be an
+/// upload about to be committed. Returns the number of objects deleted.
+pub async fn collect_orphans(
+    store: &Arc<dyn ObjectStore>,
+    partition: &Path,
+    manifest: &Manifest,
+    min_age: Duration,
+) -> Result<usize, TierError> {
+    let named: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
+    let end = manifest.end_offset().unwrap_or(i64::MIN);
+    let cutoff = chrono_cutoff(min_age);
+    let objects: Vec<_> = store
+        .list(Some(&partition.child("segments")))
+        .try_collect()
+        .await?;
+    let mut deleted = 0;
+    for o in objects {
+        let location = o.location.as_ref();
+        let Some((key, _ext)) = location.rsplit_once('.') else {
+            continue;
+        };
+        if named.contains(key) || o.last_modified > cutoff {
+            continue;
+        }
+        let base = o
+            .location
+            .filename()
+            .and_then(|f| f.split(['-', '.']).next())
+            .and_then(|b| b.parse::<i64>().ok());
+        if base.is_none_or(|b| b >= end) {
+            continue;
+        }
+        match store.delete(&o.location).await {
+            Ok(()) => deleted += 1,
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(deleted)
+}
+
+fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
+}
