@@ -79,6 +79,29 @@ pub trait CompactionPolicy: Send + Sync {
     fn next_job(&self, segments: &[SegmentDesc], now_ms: i64) -> Option<Job>;
 }
 
+/// Every merge the policy wants now over disjoint ranges of `segments`
+/// (they can run in parallel): the policy's choice, then its choices
+/// among the segments left of it and right of it, and so on.
+pub fn disjoint_jobs(
+    policy: &dyn CompactionPolicy,
+    segments: &[SegmentDesc],
+    now_ms: i64,
+) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    let mut ranges = vec![(0, segments.len())];
+    while let Some((start, end)) = ranges.pop() {
+        let Some(mut job) = policy.next_job(&segments[start..end], now_ms) else {
+            continue;
+        };
+        job.first += start;
+        ranges.push((start, job.first));
+        ranges.push((job.first + job.count, end));
+        jobs.push(job);
+    }
+    jobs.sort_by_key(|j| j.first);
+    jobs
+}
+
 /// Never merges.
 pub struct NoCompaction;
 

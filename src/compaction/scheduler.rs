@@ -8,7 +8,7 @@
 //! was lost (a worker died, the store failed) it is queued again after
 //! `requeue_after`, and re-running a job is harmless anyway.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,10 +33,11 @@ const JOB_PARTITIONS: i32 = 4;
 /// outstanding, to see a standalone worker's result.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 
-/// The job last queued for a partition.
-struct Queued {
-    sources: Vec<String>,
-    at: Instant,
+/// The jobs queued for a partition and not seen done yet.
+struct Outstanding {
+    /// Sources of each job, and when it was queued.
+    jobs: Vec<(Vec<String>, Instant)>,
+    /// When the manifest was last reread for them.
     checked: Instant,
 }
 
@@ -51,7 +52,7 @@ pub struct SchedulerSettings {
 pub struct Scheduler {
     catalog: Arc<Catalog>,
     settings: SchedulerSettings,
-    queued: Mutex<HashMap<(Uuid, i32), Queued>>,
+    outstanding: Mutex<HashMap<(Uuid, i32), Outstanding>>,
     pub jobs_queued: AtomicU64,
 }
 
@@ -77,44 +78,53 @@ impl Scheduler {
         Ok(Scheduler {
             catalog,
             settings,
-            queued: Mutex::new(HashMap::new()),
+            outstanding: Mutex::new(HashMap::new()),
             jobs_queued: AtomicU64::new(0),
         })
     }
 
-    /// The merge the topic's policy wants for this manifest, unless the
-    /// same one was queued recently.
-    pub fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Option<JobSpec> {
+    /// The merges the topic's policy wants for this manifest, leaving out
+    /// those queued recently. Jobs whose sources left the manifest are
+    /// done (or stale) and forgotten.
+    pub fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Vec<JobSpec> {
+        let key = (topic.id(), partition);
         let config = topic.config();
         let descs: Vec<SegmentDesc> = manifest.segments.iter().map(SegmentDesc::from).collect();
         let now = now_ms();
-        let Some(job) = policy::for_topic(&config).next_job(&descs, now) else {
-            self.queued.lock().remove(&(topic.id(), partition));
-            return None;
-        };
-        let sources: Vec<String> = manifest.segments[job.first..job.first + job.count]
-            .iter()
-            .map(|s| s.key.clone())
-            .collect();
-        let recent = self
-            .queued
-            .lock()
-            .get(&(topic.id(), partition))
-            .is_some_and(|q| q.sources == sources && q.at.elapsed() < self.settings.requeue_after);
-        if recent {
-            return None;
+        let jobs = policy::disjoint_jobs(policy::for_topic(&config).as_ref(), &descs, now);
+        let mut outstanding = self.outstanding.lock();
+        if let Some(o) = outstanding.get_mut(&key) {
+            let present: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
+            o.jobs.retain(|(sources, at)| {
+                at.elapsed() < self.settings.requeue_after
+                    && sources.iter().all(|k| present.contains(k.as_str()))
+            });
+            if o.jobs.is_empty() {
+                outstanding.remove(&key);
+            }
         }
-        Some(JobSpec {
-            topic: topic.name().to_string(),
-            topic_id: topic.id(),
-            partition,
-            sources,
-            target_level: job.target_level,
-            config,
-            delete_delay_ms: self.settings.delete_delay_ms,
-            max_run_ms: self.settings.max_run_ms,
-            queued_ms: now,
-        })
+        let queued = outstanding.get(&key);
+        jobs.into_iter()
+            .map(|job| {
+                let sources: Vec<String> = manifest.segments[job.first..job.first + job.count]
+                    .iter()
+                    .map(|s| s.key.clone())
+                    .collect();
+                (job, sources)
+            })
+            .filter(|(_, sources)| queued.is_none_or(|o| !o.jobs.iter().any(|(s, _)| s == sources)))
+            .map(|(job, sources)| JobSpec {
+                topic: topic.name().to_string(),
+                topic_id: topic.id(),
+                partition,
+                sources,
+                target_level: job.target_level,
+                config: config.clone(),
+                delete_delay_ms: self.settings.delete_delay_ms,
+                max_run_ms: self.settings.max_run_ms,
+                queued_ms: now,
+            })
+            .collect()
     }
 
     /// Appends the job to the job topic.
@@ -144,25 +154,26 @@ impl Scheduler {
             "queued compaction job"
         );
         let now = Instant::now();
-        self.queued.lock().insert(
-            (job.topic_id, job.partition),
-            Queued {
-                sources: job.sources,
-                at: now,
+        self.outstanding
+            .lock()
+            .entry((job.topic_id, job.partition))
+            .or_insert_with(|| Outstanding {
+                jobs: Vec::new(),
                 checked: now,
-            },
-        );
+            })
+            .jobs
+            .push((job.sources, now));
         self.jobs_queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Whether a job is outstanding for the partition and its manifest was
-    /// not reread for a while (a worker elsewhere may have finished it).
+    /// Whether jobs are outstanding for the partition and its manifest was
+    /// not reread for a while (a worker elsewhere may have finished them).
     pub fn should_check(&self, topic_id: Uuid, partition: i32) -> bool {
-        let mut queued = self.queued.lock();
-        match queued.get_mut(&(topic_id, partition)) {
-            Some(q) if q.checked.elapsed() >= CHECK_EVERY => {
-                q.checked = Instant::now();
+        let mut outstanding = self.outstanding.lock();
+        match outstanding.get_mut(&(topic_id, partition)) {
+            Some(o) if o.checked.elapsed() >= CHECK_EVERY => {
+                o.checked = Instant::now();
                 true
             }
             _ => false,

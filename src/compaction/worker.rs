@@ -60,6 +60,10 @@ pub async fn run(
         .set("group.id", &opts.group_id)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
+        // A worker that dies mid-job hands its partitions (and the job) to
+        // the others this soon.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
         .set("client.id", format!("strata-compaction-{}", opts.node_id))
         .create()?;
     consumer.subscribe(&[JOBS_TOPIC])?;

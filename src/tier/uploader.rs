@@ -371,7 +371,7 @@ impl Tier {
         self.schedule(topic, remote).await
     }
 
-    /// Queues the merge the topic's policy wants, if any, against the
+    /// Queues the merges the topic's policy wants, if any, against the
     /// latest manifest (a worker may have changed it since this broker
     /// last wrote or read it).
     async fn schedule(&self, topic: &Topic, remote: &TieredPartition) -> Result<(), TierError> {
@@ -379,13 +379,13 @@ impl Tier {
         if self
             .scheduler
             .due(topic, index, &remote.manifest())
-            .is_none()
+            .is_empty()
             && !self.scheduler.should_check(topic.id(), index)
         {
             return Ok(());
         }
         remote.refresh().await?;
-        if let Some(job) = self.scheduler.due(topic, index, &remote.manifest()) {
+        for job in self.scheduler.due(topic, index, &remote.manifest()) {
             self.scheduler.queue(job)?;
         }
         Ok(())
