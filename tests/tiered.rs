@@ -1,7 +1,8 @@
 //! Tiered storage end to end, with librdkafka against in-process brokers:
-//! a wiped data directory comes back from the store; a failing or stalled
-//! store does not stop produce or reads of the head and cache, and nothing
-//! is lost when it recovers; retention removes tiered segments.
+//! a wiped data directory comes back from the store, committed offsets
+//! included; a failing or stalled store does not stop produce or reads of
+//! the head and cache, and nothing is lost when it recovers; retention
+//! removes tiered segments.
 
 mod common;
 
@@ -15,7 +16,7 @@ use rdkafka::admin::{
 };
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -560,23 +561,80 @@ async fn cold_read_vs_hot_read() {
     server.shutdown().await.unwrap();
 }
 
+fn group_member(bootstrap: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+fn commit(c: &BaseConsumer, topic: &str, offset: i64) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+fn committed(c: &BaseConsumer, topic: &str) -> Offset {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let got = c.committed_offsets(tpl, TIMEOUT).unwrap();
+    got.find_partition(topic, 0).unwrap().offset()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn internal_topics_stay_local() {
+async fn committed_offsets_are_tiered_and_survive_a_wiped_data_dir() {
+    const OFFSETS: &str = "__consumer_offsets";
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let data = tempfile::tempdir().unwrap();
-    let server = start(data.path(), store.clone(), &[]).await;
+    let flags = ["--offsets-topic-segment-bytes", "1024"];
+    let server = start(data.path(), store.clone(), &flags).await;
     let bootstrap = server.local_addr().to_string();
-    // (Produce to internal topics may be refused; their own writers fill them.)
-    create_topic(&bootstrap, "__internal", SEGMENT_CONFIG).await;
-    create_topic(&bootstrap, "public", SEGMENT_CONFIG).await;
-    produce(&bootstrap, "public", 0..300).await;
-    wait_tiered(&server, "public", 300).await;
-    assert!(server.tier().manifest_of("__internal", 0).is_none());
-    use futures::TryStreamExt;
-    let keys: Vec<_> = store.list(None).try_collect().await.unwrap();
-    assert!(keys.iter().any(|k| k.location.as_ref().contains("public")));
-    assert!(keys
-        .iter()
-        .all(|k| !k.location.as_ref().contains("__internal")));
+    create_topic(&bootstrap, "orders", SEGMENT_CONFIG).await;
+    produce(&bootstrap, "orders", 0..100).await;
+    let keeper = group_member(&bootstrap, "keeper");
+    commit(&keeper, "orders", 10);
+    commit(&keeper, "orders", 42);
+    let (_, written) = keeper.fetch_watermarks(OFFSETS, 0, TIMEOUT).unwrap();
+    // Another group's commits fill segments until the keeper's are sealed and uploaded.
+    let filler = group_member(&bootstrap, "filler");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut n = 0;
+    loop {
+        let tiered = server
+            .tier()
+            .manifest_of(OFFSETS, 0)
+            .and_then(|m| m.end_offset())
+            .unwrap_or(0);
+        if tiered >= written {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {tiered} of {written} offsets-topic records reached the store"
+        );
+        n += 1;
+        commit(&filler, "orders", n);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((keeper, filler));
+    server.shutdown().await.unwrap();
+
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let server = start(data.path(), store, &flags).await;
+    let bootstrap = server.local_addr().to_string();
+    // Nothing of the keeper's commits is on local disk: only the store had them.
+    assert_eq!(local_log_files(data.path(), OFFSETS), 1);
+    let keeper = group_member(&bootstrap, "keeper");
+    assert_eq!(committed(&keeper, "orders"), Offset::Offset(42));
+    // The coordinator keeps appending where the tiered log ended.
+    commit(&keeper, "orders", 77);
+    assert_eq!(committed(&keeper, "orders"), Offset::Offset(77));
+    let (_, end) = keeper.fetch_watermarks(OFFSETS, 0, TIMEOUT).unwrap();
+    assert!(end > written, "{end} <= {written}");
+    drop(keeper);
     server.shutdown().await.unwrap();
 }

@@ -513,6 +513,12 @@ impl Partition {
         let _ = self.backpressure.set(flag);
     }
 
+    /// Keeps appends accepted whatever flag the tier attaches later (it
+    /// attaches once, so a flag that is never raised takes its place).
+    pub fn exempt_from_backpressure(&self) {
+        let _ = self.backpressure.set(Arc::new(AtomicBool::new(false)));
+    }
+
     /// Whether `offset` lies below the first local segment with a remote
     /// part attached that covers it, so only the remote part can answer.
     fn below_local(&self, st: &State, offset: i64) -> bool {

@@ -51,10 +51,6 @@ pub async fn restore(
         let Some(name) = name_prefix.filename().map(str::to_string) else {
             continue;
         };
-        if name.starts_with("__") {
-            // Internal topics are never tiered (see `uploader::all_partitions`).
-            continue;
-        }
         // One id per name normally; leftovers of a deleted incarnation lose
         // to the newest topic.json.
         let ids = store.list_with_delimiter(Some(&name_prefix)).await?;
