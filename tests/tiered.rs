@@ -9,6 +9,15 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Raw;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use rdkafka::admin::{
@@ -636,5 +645,94 @@ async fn committed_offsets_are_tiered_and_survive_a_wiped_data_dir() {
     let (_, end) = keeper.fetch_watermarks(OFFSETS, 0, TIMEOUT).unwrap();
     assert!(end > written, "{end} <= {written}");
     drop(keeper);
+    server.shutdown().await.unwrap();
+}
+
+fn produce_request(topic: &str, records: bytes::Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])])
+}
+
+/// Produces one batch over the raw protocol: (error code, base offset).
+async fn produce_batch(raw: &mut Raw, topic: &str, records: bytes::Bytes) -> (i16, i64) {
+    let resp: ProduceResponse = raw
+        .call(ApiKey::Produce, 9, &produce_request(topic, records))
+        .await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+async fn init_producer_id(raw: &mut Raw) -> i64 {
+    let resp: InitProducerIdResponse = raw
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .await;
+    assert_eq!(resp.error_code, 0);
+    resp.producer_id.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), store.clone(), &[]).await;
+    // Kept forever: the raw batches carry timestamps from 2023.
+    let mut configs = SEGMENT_CONFIG.to_vec();
+    configs.push(("retention.ms", "-1"));
+    create_topic(&server.local_addr().to_string(), "idem", &configs).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    let id = init_producer_id(&mut raw).await;
+    let pair = |i: i32| [value(i as usize * 2), value(i as usize * 2 + 1)];
+    let idempotent = |i: i32| {
+        let [a, b] = pair(i);
+        common::batch(&[a.as_bytes(), b.as_bytes()], id, 0, i * 2)
+    };
+    // 40 batches of two records over several 4 KiB segments, all sealed.
+    for i in 0..40 {
+        let got = produce_batch(&mut raw, "idem", idempotent(i)).await;
+        assert_eq!(got, (0, i as i64 * 2));
+    }
+    wait_tiered(&server, "idem", 80).await;
+    server.shutdown().await.unwrap();
+
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let server = start(data.path(), store, &[]).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    // A retry of the last batch is recognised: its original offset, not stored twice.
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(39)).await,
+        (0, 78)
+    );
+    // The next sequence is accepted where the log ended; a gap is not.
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(40)).await,
+        (0, 80)
+    );
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(42)).await.0,
+        ResponseError::OutOfOrderSequenceNumber.code()
+    );
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(40)).await,
+        (0, 80)
+    );
+    // New producers get ids the restored state has not seen.
+    assert!(init_producer_id(&mut raw).await > id);
+    let bootstrap = server.local_addr().to_string();
+    check_all(&consume(&bootstrap, "idem", 0, 82), 0);
     server.shutdown().await.unwrap();
 }

@@ -28,6 +28,7 @@ use super::remote::TieredPartition;
 use super::{partition_prefix, segment_key, topic_prefix, TierError};
 use crate::catalog::{Catalog, Topic, TopicFile};
 use crate::config::BrokerConfig;
+use crate::log::producer_state::SNAPSHOT_EXT;
 use crate::log::segment::{file_name, SegmentMeta};
 use crate::log::{now_ms, Partition};
 
@@ -406,7 +407,7 @@ impl Tier {
         .await?;
         // Only now that no durable manifest names them may the objects go.
         for s in dropped {
-            for ext in ["meta", "index", "timeindex", "log"] {
+            for ext in ["meta", SNAPSHOT_EXT, "index", "timeindex", "log"] {
                 match self.store.delete(&s.object(ext)).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
@@ -456,8 +457,8 @@ impl Tier {
         }
     }
 
-    /// Uploads the four files of a sealed segment; the log is streamed in
-    /// parts, the descriptor goes last (as locally).
+    /// Uploads the files of a sealed segment; the log is streamed in parts,
+    /// the descriptor goes last (as locally).
     async fn upload_segment(
         &self,
         dir: &FsPath,
@@ -482,8 +483,15 @@ impl Tier {
         }
         writer.shutdown().await?;
         self.stats.puts.fetch_add(1, Ordering::Relaxed);
-        for ext in ["index", "timeindex", "meta"] {
-            let bytes = tokio::fs::read(dir.join(file_name(base, ext))).await?;
+        for ext in ["index", "timeindex", SNAPSHOT_EXT, "meta"] {
+            let bytes = match tokio::fs::read(dir.join(file_name(base, ext))).await {
+                Ok(b) => b,
+                // Segments sealed before producer snapshots existed have none.
+                Err(e) if ext == SNAPSHOT_EXT && e.kind() == std::io::ErrorKind::NotFound => {
+                    continue
+                }
+                Err(e) => return Err(e.into()),
+            };
             self.store
                 .put(
                     &Path::from(format!("{key}.{ext}")),
