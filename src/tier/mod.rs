@@ -7,7 +7,7 @@
 //! cluster.json                                       cluster id
 //! topics/<topic>/<topic-id>/topic.json               id, partitions, config
 //! topics/<topic>/<topic-id>/<p>/manifest/<v:020>.json  manifest versions (create-only)
-//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>.{log,index,timeindex,meta}
+//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>.{log,index,timeindex,producers,meta}
 //! ```
 //!
 //! The log layer sees this module only as a `RemoteLog` attached to each
