@@ -96,6 +96,15 @@ pub struct BrokerConfig {
     )]
     pub offsets_retention_check_interval_ms: u64,
 
+    /// segment.bytes given to `__consumer_offsets` when it is created (offsets.topic.segment.bytes).
+    #[arg(
+        long,
+        env = "STRATA_OFFSETS_TOPIC_SEGMENT_BYTES",
+        default_value_t = 104_857_600,
+        value_parser = clap::value_parser!(i32).range(14..)
+    )]
+    pub offsets_topic_segment_bytes: i32,
+
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -208,6 +217,7 @@ impl BrokerConfig {
             offsets_retention: Duration::from_secs(self.offsets_retention_minutes * 60),
             // Kafka's offset.metadata.max.bytes.
             max_metadata_bytes: 4096,
+            offsets_topic_segment_bytes: self.offsets_topic_segment_bytes,
             wait_for_fsync: self.fsync == FsyncPolicy::Always,
         }
     }

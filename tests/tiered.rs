@@ -1,12 +1,22 @@
 //! Tiered storage end to end, with librdkafka against in-process brokers:
-//! a wiped data directory comes back from the store; a failing or stalled
-//! store does not stop produce or reads of the head and cache, and nothing
-//! is lost when it recovers; retention removes tiered segments.
+//! a wiped data directory comes back from the store, committed offsets
+//! included; a failing or stalled store does not stop produce or reads of
+//! the head and cache, and nothing is lost when it recovers; retention
+//! removes tiered segments.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::Raw;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
 
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
@@ -15,7 +25,7 @@ use rdkafka::admin::{
 };
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -560,23 +570,169 @@ async fn cold_read_vs_hot_read() {
     server.shutdown().await.unwrap();
 }
 
+fn group_member(bootstrap: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+fn commit(c: &BaseConsumer, topic: &str, offset: i64) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+fn committed(c: &BaseConsumer, topic: &str) -> Offset {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    let got = c.committed_offsets(tpl, TIMEOUT).unwrap();
+    got.find_partition(topic, 0).unwrap().offset()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn internal_topics_stay_local() {
+async fn committed_offsets_are_tiered_and_survive_a_wiped_data_dir() {
+    const OFFSETS: &str = "__consumer_offsets";
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = tempfile::tempdir().unwrap();
+    let flags = ["--offsets-topic-segment-bytes", "1024"];
+    let server = start(data.path(), store.clone(), &flags).await;
+    let bootstrap = server.local_addr().to_string();
+    create_topic(&bootstrap, "orders", SEGMENT_CONFIG).await;
+    produce(&bootstrap, "orders", 0..100).await;
+    let keeper = group_member(&bootstrap, "keeper");
+    commit(&keeper, "orders", 10);
+    commit(&keeper, "orders", 42);
+    let (_, written) = keeper.fetch_watermarks(OFFSETS, 0, TIMEOUT).unwrap();
+    // Another group's commits fill segments until the keeper's are sealed and uploaded.
+    let filler = group_member(&bootstrap, "filler");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut n = 0;
+    loop {
+        let tiered = server
+            .tier()
+            .manifest_of(OFFSETS, 0)
+            .and_then(|m| m.end_offset())
+            .unwrap_or(0);
+        if tiered >= written {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {tiered} of {written} offsets-topic records reached the store"
+        );
+        n += 1;
+        commit(&filler, "orders", n);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((keeper, filler));
+    server.shutdown().await.unwrap();
+
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let server = start(data.path(), store, &flags).await;
+    let bootstrap = server.local_addr().to_string();
+    // Nothing of the keeper's commits is on local disk: only the store had them.
+    assert_eq!(local_log_files(data.path(), OFFSETS), 1);
+    let keeper = group_member(&bootstrap, "keeper");
+    assert_eq!(committed(&keeper, "orders"), Offset::Offset(42));
+    // The coordinator keeps appending where the tiered log ended.
+    commit(&keeper, "orders", 77);
+    assert_eq!(committed(&keeper, "orders"), Offset::Offset(77));
+    let (_, end) = keeper.fetch_watermarks(OFFSETS, 0, TIMEOUT).unwrap();
+    assert!(end > written, "{end} <= {written}");
+    drop(keeper);
+    server.shutdown().await.unwrap();
+}
+
+fn produce_request(topic: &str, records: bytes::Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])])
+}
+
+/// Produces one batch over the raw protocol: (error code, base offset).
+async fn produce_batch(raw: &mut Raw, topic: &str, records: bytes::Bytes) -> (i16, i64) {
+    let resp: ProduceResponse = raw
+        .call(ApiKey::Produce, 9, &produce_request(topic, records))
+        .await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+async fn init_producer_id(raw: &mut Raw) -> i64 {
+    let resp: InitProducerIdResponse = raw
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .await;
+    assert_eq!(resp.error_code, 0);
+    resp.producer_id.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let data = tempfile::tempdir().unwrap();
     let server = start(data.path(), store.clone(), &[]).await;
+    // Kept forever: the raw batches carry timestamps from 2023.
+    let mut configs = SEGMENT_CONFIG.to_vec();
+    configs.push(("retention.ms", "-1"));
+    create_topic(&server.local_addr().to_string(), "idem", &configs).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    let id = init_producer_id(&mut raw).await;
+    let pair = |i: i32| [value(i as usize * 2), value(i as usize * 2 + 1)];
+    let idempotent = |i: i32| {
+        let [a, b] = pair(i);
+        common::batch(&[a.as_bytes(), b.as_bytes()], id, 0, i * 2)
+    };
+    // 40 batches of two records over several 4 KiB segments, all sealed.
+    for i in 0..40 {
+        let got = produce_batch(&mut raw, "idem", idempotent(i)).await;
+        assert_eq!(got, (0, i as i64 * 2));
+    }
+    wait_tiered(&server, "idem", 80).await;
+    server.shutdown().await.unwrap();
+
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let server = start(data.path(), store, &[]).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    // A retry of the last batch is recognised: its original offset, not stored twice.
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(39)).await,
+        (0, 78)
+    );
+    // The next sequence is accepted where the log ended; a gap is not.
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(40)).await,
+        (0, 80)
+    );
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(42)).await.0,
+        ResponseError::OutOfOrderSequenceNumber.code()
+    );
+    assert_eq!(
+        produce_batch(&mut raw, "idem", idempotent(40)).await,
+        (0, 80)
+    );
+    // New producers get ids the restored state has not seen.
+    assert!(init_producer_id(&mut raw).await > id);
     let bootstrap = server.local_addr().to_string();
-    // (Produce to internal topics may be refused; their own writers fill them.)
-    create_topic(&bootstrap, "__internal", SEGMENT_CONFIG).await;
-    create_topic(&bootstrap, "public", SEGMENT_CONFIG).await;
-    produce(&bootstrap, "public", 0..300).await;
-    wait_tiered(&server, "public", 300).await;
-    assert!(server.tier().manifest_of("__internal", 0).is_none());
-    use futures::TryStreamExt;
-    let keys: Vec<_> = store.list(None).try_collect().await.unwrap();
-    assert!(keys.iter().any(|k| k.location.as_ref().contains("public")));
-    assert!(keys
-        .iter()
-        .all(|k| !k.location.as_ref().contains("__internal")));
+    check_all(&consume(&bootstrap, "idem", 0, 82), 0);
     server.shutdown().await.unwrap();
 }

@@ -34,6 +34,8 @@ use super::store_source::StoreSegment;
 use super::CompactionError;
 use crate::catalog::config::TopicConfig;
 use crate::log::now_ms;
+use crate::log::producer_state::SNAPSHOT_EXT;
+use crate::log::segment::file_name;
 use crate::tier::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
 use crate::tier::{objects, partition_prefix, segment_key, TierError};
 
@@ -186,10 +188,10 @@ impl Runner {
         let base = segments[0].base_offset;
         let store = self.store.clone();
         let handle = tokio::runtime::Handle::current();
-        let segments = segments.to_vec();
+        let sources = segments.to_vec();
         let dir = work.clone();
         let (meta, stats) = tokio::task::spawn_blocking(move || {
-            let sources: Vec<StoreSegment> = segments
+            let sources: Vec<StoreSegment> = sources
                 .iter()
                 .map(|s| StoreSegment::new(store.clone(), s, handle.clone(), dir.join("spill")))
                 .collect();
@@ -200,6 +202,17 @@ impl Runner {
         })
         .await
         .map_err(|e| CompactionError::InvalidMerge(format!("merge task failed: {e}")))??;
+        // The output ends where its last source does, so that source's
+        // producer snapshot is the output's (a restore reads the newest).
+        let last = segments.last().expect("a job has sources");
+        match self.store.get(&last.object(SNAPSHOT_EXT)).await {
+            Ok(r) => {
+                let bytes = r.bytes().await.map_err(TierError::from)?;
+                std::fs::write(work.join(file_name(base, SNAPSHOT_EXT)), bytes)?
+            }
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(TierError::from(e).into()),
+        }
         objects::upload_segment(&self.store, &work, &meta, key).await?;
         Ok((TieredSegment::from_meta(key.to_string(), &meta), stats))
     }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::catalog::{Catalog, CatalogError};
+use crate::catalog::Catalog;
 use crate::log::{now_ms, LogError};
 use group::{Group, GroupState, JoinParams, JoinReply, Pending, SyncReply};
 use records::{GroupValue, OffsetValue, RecordKey};
@@ -71,6 +71,7 @@ pub struct CoordinatorConfig {
     pub max_session_timeout: Duration,
     pub offsets_retention: Duration,
     pub max_metadata_bytes: usize,
+    pub offsets_topic_segment_bytes: i32,
     pub wait_for_fsync: bool,
 }
 
@@ -128,57 +129,59 @@ pub struct GroupCoordinator {
 }
 
 impl GroupCoordinator {
-    /// Opens the offsets topic and rebuilds every group from it.
-    pub fn open(
+    /// Rebuilds every group from the offsets topic (see `OffsetsStore::open`).
+    pub async fn open(
         catalog: Arc<Catalog>,
+        store: OffsetsStore,
         config: CoordinatorConfig,
-    ) -> Result<GroupCoordinator, CatalogError> {
-        let store = OffsetsStore::open(&catalog, config.wait_for_fsync)?;
+    ) -> Result<GroupCoordinator, LogError> {
         let mut groups: HashMap<String, Group> = HashMap::new();
         let now = Instant::now();
-        store.replay(|key, value| match (key, value) {
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                Some(v),
-            ) => match OffsetValue::decode(&v) {
-                Ok(v) => {
-                    let g = groups
-                        .entry(group.clone())
-                        .or_insert_with(|| Group::new(&group, v.commit_timestamp));
-                    g.offsets.insert((topic, partition), v);
-                }
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
-            },
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                None,
-            ) => {
-                if let Some(g) = groups.get_mut(&group) {
-                    g.offsets.remove(&(topic, partition));
-                }
-            }
-            (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
-                Ok(v) => {
-                    let mut restored = Group::restore(&group, &v, now);
-                    if let Some(old) = groups.remove(&group) {
-                        restored.offsets = old.offsets;
+        store
+            .replay(|key, value| match (key, value) {
+                (
+                    RecordKey::Offset {
+                        group,
+                        topic,
+                        partition,
+                    },
+                    Some(v),
+                ) => match OffsetValue::decode(&v) {
+                    Ok(v) => {
+                        let g = groups
+                            .entry(group.clone())
+                            .or_insert_with(|| Group::new(&group, v.commit_timestamp));
+                        g.offsets.insert((topic, partition), v);
                     }
-                    groups.insert(group, restored);
+                    Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
+                },
+                (
+                    RecordKey::Offset {
+                        group,
+                        topic,
+                        partition,
+                    },
+                    None,
+                ) => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
                 }
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
-            },
-            (RecordKey::Group { group }, None) => {
-                groups.remove(&group);
-            }
-        })?;
+                (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
+                    Ok(v) => {
+                        let mut restored = Group::restore(&group, &v, now);
+                        if let Some(old) = groups.remove(&group) {
+                            restored.offsets = old.offsets;
+                        }
+                        groups.insert(group, restored);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
+                },
+                (RecordKey::Group { group }, None) => {
+                    groups.remove(&group);
+                }
+            })
+            .await?;
         tracing::info!(groups = groups.len(), "group coordinator loaded");
         Ok(GroupCoordinator {
             catalog,

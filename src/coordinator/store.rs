@@ -1,7 +1,8 @@
 //! The coordinator's state lives in the `__consumer_offsets` topic: every
 //! change is a keyed record appended to it, and startup replays it. The
 //! topic is compacted by key, so the newest record per key is all that
-//! recovery needs; there is no second store.
+//! recovery needs; there is no second store. Like any topic it is tiered, so
+//! replay reads through to the object store.
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::records::RecordKey;
+use super::CoordinatorConfig;
 use crate::catalog::{Catalog, CatalogError};
 use crate::log::batch::{encode_batch, BatchHeader};
 use crate::log::{now_ms, AppendConfig, LogError, Partition};
@@ -22,21 +24,31 @@ pub struct OffsetsStore {
 }
 
 impl OffsetsStore {
-    /// Opens the offsets topic, creating it on first start.
-    pub fn open(catalog: &Catalog, wait_for_fsync: bool) -> Result<OffsetsStore, CatalogError> {
+    /// Opens the offsets topic, creating it on first start. Open it before
+    /// the tier, so that the tier attaches it like every other partition.
+    pub fn open(
+        catalog: &Catalog,
+        config: &CoordinatorConfig,
+    ) -> Result<OffsetsStore, CatalogError> {
         let topic = match catalog.topic(OFFSETS_TOPIC) {
             Some(t) => t,
-            None => catalog.create_topic(
-                OFFSETS_TOPIC,
-                1,
-                1,
-                &[
-                    ("cleanup.policy", Some("compact")),
-                    ("segment.bytes", Some("104857600")),
-                ],
-            )?,
+            None => {
+                let segment_bytes = config.offsets_topic_segment_bytes.to_string();
+                catalog.create_topic(
+                    OFFSETS_TOPIC,
+                    1,
+                    1,
+                    &[
+                        ("cleanup.policy", Some("compact")),
+                        ("segment.bytes", Some(&segment_bytes)),
+                    ],
+                )?
+            }
         };
         let partition = topic.partition(0).ok_or(CatalogError::UnknownTopic)?;
+        // Commits are small and consumers stall without them, so they must
+        // not wait behind lagging uploads of user data.
+        partition.exempt_from_backpressure();
         let append_config = AppendConfig {
             max_message_bytes: usize::MAX,
             ..topic.append_config()
@@ -44,7 +56,7 @@ impl OffsetsStore {
         Ok(OffsetsStore {
             partition,
             append_config,
-            wait_for_fsync,
+            wait_for_fsync: config.wait_for_fsync,
         })
     }
 
@@ -74,11 +86,15 @@ impl OffsetsStore {
         Ok(())
     }
 
-    /// Calls `f` for every record from the start of the log, in order.
-    pub fn replay(&self, mut f: impl FnMut(RecordKey, Option<Bytes>)) -> Result<(), LogError> {
+    /// Calls `f` for every record from the start of the log, in order,
+    /// reading tiered offsets from the object store.
+    pub async fn replay(
+        &self,
+        mut f: impl FnMut(RecordKey, Option<Bytes>),
+    ) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
-            let slice = self.partition.read(offset, 1 << 20, true)?;
+            let slice = self.partition.fetch(offset, 1 << 20, true).await?;
             if slice.records.is_empty() {
                 return Ok(());
             }

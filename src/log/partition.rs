@@ -19,9 +19,9 @@ use tokio::sync::watch;
 
 use super::batch::{self, BatchHeader};
 use super::index::write_synced;
-use super::producer_state::{ProducerStates, SequenceCheck};
+use super::producer_state::{ProducerStates, SequenceCheck, SNAPSHOT_EXT};
 use super::remote::RemoteLog;
-use super::segment::{Segment, SegmentMeta};
+use super::segment::{file_name, Segment, SegmentMeta};
 use super::{now_ms, LogError};
 
 /// A single broker is the leader of every partition, always in epoch 0.
@@ -106,7 +106,8 @@ impl State {
 
 impl Partition {
     /// Opens (or creates) the partition in `dir`, recovering the active
-    /// segment and rebuilding the producer state from batch headers.
+    /// segment and rebuilding the producer state from the newest snapshot
+    /// and the batch headers after it.
     pub fn open(dir: &Path) -> Result<Partition, LogError> {
         std::fs::create_dir_all(dir)?;
         let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
@@ -114,30 +115,23 @@ impl Partition {
             .and_then(|s| s.trim().parse::<i64>().ok())
             .unwrap_or(0);
         let mut bases = Vec::new();
+        let mut snapshots = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(base) = name
-                .strip_suffix(".log")
-                .and_then(|b| b.parse::<i64>().ok())
-            {
-                bases.push(base);
+            let base = |ext: &str| name.strip_suffix(ext).and_then(|b| b.parse::<i64>().ok());
+            if let Some(b) = base(".log") {
+                bases.push(b);
+            } else if let Some(b) = base(&format!(".{SNAPSHOT_EXT}")) {
+                snapshots.push(b);
             } else if name.ends_with(".tmp") {
                 std::fs::remove_file(dir.join(&*name))?;
             }
         }
-        bases.sort_unstable();
         let now = now_ms();
         let mut segments = BTreeMap::new();
-        let last = bases.last().copied();
         for base in bases {
-            let mut seg = Segment::open(dir, base, now)?;
-            if seg.meta().is_none() && Some(base) != last {
-                // A crash interrupted sealing: the data is complete (the next
-                // segment exists only after this one was synced), so finish it.
-                seg.seal(now)?;
-            }
-            segments.insert(base, seg);
+            segments.insert(base, Segment::open(dir, base, now)?);
         }
         if segments.is_empty() {
             segments.insert(
@@ -145,12 +139,29 @@ impl Partition {
                 Segment::create(dir, log_start_offset, now)?,
             );
         }
-        let mut producers = ProducerStates::default();
-        for seg in segments.values() {
-            seg.reader().scan(0, |loc| {
-                producers.record(&loc.header);
-                true
-            })?;
+        let (snapshot_base, from, mut producers) = newest_snapshot(dir, snapshots, &segments);
+        prune_snapshots(dir, snapshot_base, &segments)?;
+        let last = segments.keys().next_back().copied();
+        for seg in segments.values_mut() {
+            let after_snapshot = seg.next_offset() > from;
+            if after_snapshot {
+                seg.reader().scan(0, |loc| {
+                    if loc.header.last_offset() >= from {
+                        producers.record(&loc.header);
+                    }
+                    true
+                })?;
+            }
+            if seg.meta().is_none() && Some(seg.base_offset()) != last {
+                // A crash interrupted sealing: the data is complete (the next
+                // segment exists only after this one was synced), so finish
+                // it; the producer state is its end's only if replayed up to it.
+                if after_snapshot {
+                    seg.seal_with_producers(now, &producers)?;
+                } else {
+                    seg.seal(now)?;
+                }
+            }
         }
         let state = State {
             segments,
@@ -252,7 +263,11 @@ impl Partition {
         }
         let next = active.next_offset();
         let sealed_base = active.base_offset();
-        st.active_mut().seal(now)?;
+        st.segments
+            .values_mut()
+            .next_back()
+            .expect("a partition always has an active segment")
+            .seal_with_producers(now, &st.producers)?;
         if cfg.compact {
             build_key_index_in_background(self.dir.clone(), sealed_base);
         }
@@ -513,6 +528,12 @@ impl Partition {
         let _ = self.backpressure.set(flag);
     }
 
+    /// Keeps appends accepted whatever flag the tier attaches later (it
+    /// attaches once, so a flag that is never raised takes its place).
+    pub fn exempt_from_backpressure(&self) {
+        let _ = self.backpressure.set(Arc::new(AtomicBool::new(false)));
+    }
+
     /// Whether `offset` lies below the first local segment with a remote
     /// part attached that covers it, so only the remote part can answer.
     fn below_local(&self, st: &State, offset: i64) -> bool {
@@ -607,8 +628,9 @@ impl Partition {
             return Ok(false);
         }
         if let Some(seg) = st.segments.remove(&base_offset) {
-            seg.delete_files()?;
+            seg.release_files()?;
         }
+        prune_snapshots(&self.dir, base_offset, &st.segments)?;
         Ok(true)
     }
 
@@ -621,6 +643,60 @@ impl Partition {
             .map(|s| (s.base_offset(), s.size()))
             .collect()
     }
+}
+
+/// The producer state to start from: the newest readable snapshot of a
+/// sealed segment or of one whose data is only in the store (a snapshot next
+/// to an unsealed log may be ahead of what recovery keeps). Returns its
+/// segment's base, the offset it was taken at, and the state; without one,
+/// replay starts from nothing.
+fn newest_snapshot(
+    dir: &Path,
+    mut bases: Vec<i64>,
+    segments: &BTreeMap<i64, Segment>,
+) -> (i64, i64, ProducerStates) {
+    bases.sort_unstable_by(|a, b| b.cmp(a));
+    for base in bases {
+        if segments.get(&base).is_some_and(|s| s.meta().is_none()) {
+            continue;
+        }
+        let path = dir.join(file_name(base, SNAPSHOT_EXT));
+        match std::fs::read(&path)
+            .map_err(LogError::from)
+            .and_then(|b| ProducerStates::from_snapshot(&b))
+        {
+            Ok((end, producers)) => return (base, end, producers),
+            Err(e) => {
+                tracing::warn!(snapshot = %path.display(), error = %e, "ignoring unreadable producer snapshot")
+            }
+        }
+    }
+    (i64::MIN, i64::MIN, ProducerStates::default())
+}
+
+/// Deletes the snapshots below `base` whose segments are no longer local:
+/// the newer one holds all they do.
+fn prune_snapshots(
+    dir: &Path,
+    base: i64,
+    segments: &BTreeMap<i64, Segment>,
+) -> Result<(), LogError> {
+    let suffix = format!(".{SNAPSHOT_EXT}");
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let old = name
+            .to_string_lossy()
+            .strip_suffix(&suffix)
+            .and_then(|b| b.parse::<i64>().ok())
+            .filter(|b| *b < base && !segments.contains_key(b));
+        if old.is_some() {
+            match std::fs::remove_file(dir.join(&name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Builds a sealed segment's key index off the produce path: it decodes and
@@ -814,6 +890,54 @@ mod tests {
             p.append(&make_batch(1, 77, 0, 9, 1), &cfg()),
             Err(LogError::OutOfOrderSequence { .. })
         ));
+    }
+
+    #[test]
+    fn producer_state_outlives_released_segments_through_their_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        let mut last = None;
+        for seq in 0..30 {
+            let b = make_batch(2, 77, 0, seq * 2, 1000 + seq as i64);
+            last = Some((b.clone(), p.append(&b, &cfg()).unwrap().base_offset));
+        }
+        let (last, last_offset) = last.unwrap();
+        let due = AppendConfig {
+            segment_ms: 0,
+            ..cfg()
+        };
+        assert!(p.roll_if_due(&due).unwrap());
+        p.attach_remote(Arc::new(FakeRemote {
+            end: p.end_offset(),
+        }));
+        for s in p.sealed_segments() {
+            assert!(p.release_local(s.base_offset).unwrap());
+        }
+        let count = |ext: &str| {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    let name = e.as_ref().unwrap().file_name();
+                    name.to_string_lossy().ends_with(ext)
+                })
+                .count()
+        };
+        // Only the active segment's data and the newest snapshot are left.
+        assert_eq!((count(".log"), count(".producers")), (1, 1));
+        drop(p);
+
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.max_producer_id(), Some(77));
+        let retry = p.append(&last, &cfg()).unwrap();
+        assert!(retry.duplicate);
+        assert_eq!(retry.base_offset, last_offset);
+        assert!(matches!(
+            p.append(&make_batch(1, 77, 0, 61, 1), &cfg()),
+            Err(LogError::OutOfOrderSequence { expected: 60, .. })
+        ));
+        let next = p.append(&make_batch(1, 77, 0, 60, 1), &cfg()).unwrap();
+        assert!(!next.duplicate);
+        assert_eq!(next.base_offset, 60);
     }
 
     #[test]

@@ -4,18 +4,26 @@
 //! metadata of its last five batches, exactly what Kafka keeps: a retried
 //! batch that matches one of them is a duplicate and is answered with the
 //! original offsets instead of being appended twice; any other gap or repeat
-//! in the sequence numbers is rejected. The table is rebuilt from batch
-//! headers when the partition opens, so it survives restarts.
+//! in the sequence numbers is rejected. When a segment seals, the table as of
+//! its end is written next to it (`B.producers`, like Kafka's `.snapshot`)
+//! and tiered with it; opening a partition starts from the newest snapshot
+//! and replays the batch headers after it, so the state survives restarts
+//! and a data directory restored from the store.
 
 use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
 
 use super::batch::BatchHeader;
 use super::LogError;
 
 /// Batches remembered per producer (Kafka's max.in.flight limit for idempotence).
 pub const CACHED_BATCHES: usize = 5;
+/// Extension of a sealed segment's producer snapshot.
+pub const SNAPSHOT_EXT: &str = "producers";
+const SNAPSHOT_FORMAT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchMetadata {
     pub first_sequence: i32,
     pub last_sequence: i32,
@@ -39,6 +47,21 @@ pub enum SequenceCheck {
 #[derive(Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+}
+
+/// `B.producers` (JSON): the state after every batch below `end_offset`.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    format_version: u32,
+    end_offset: i64,
+    producers: Vec<SnapshotEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotEntry {
+    producer_id: i64,
+    epoch: i16,
+    batches: Vec<BatchMetadata>,
 }
 
 impl ProducerStates {
@@ -115,6 +138,50 @@ impl ProducerStates {
     pub fn max_producer_id(&self) -> Option<i64> {
         self.producers.keys().copied().max()
     }
+
+    /// The snapshot of this state, taken when every offset below `end_offset` is recorded.
+    pub fn snapshot(&self, end_offset: i64) -> Result<Vec<u8>, LogError> {
+        let mut producers: Vec<SnapshotEntry> = self
+            .producers
+            .iter()
+            .map(|(id, e)| SnapshotEntry {
+                producer_id: *id,
+                epoch: e.epoch,
+                batches: e.batches.iter().copied().collect(),
+            })
+            .collect();
+        producers.sort_unstable_by_key(|e| e.producer_id);
+        serde_json::to_vec(&Snapshot {
+            format_version: SNAPSHOT_FORMAT_VERSION,
+            end_offset,
+            producers,
+        })
+        .map_err(|e| LogError::Corrupt(e.to_string()))
+    }
+
+    /// The state in a snapshot and the offset it was taken at.
+    pub fn from_snapshot(bytes: &[u8]) -> Result<(i64, ProducerStates), LogError> {
+        let s: Snapshot = serde_json::from_slice(bytes)
+            .map_err(|e| LogError::Corrupt(format!("producer snapshot: {e}")))?;
+        if s.format_version != SNAPSHOT_FORMAT_VERSION {
+            return Err(LogError::Corrupt(format!(
+                "producer snapshot format {} is not {SNAPSHOT_FORMAT_VERSION}",
+                s.format_version
+            )));
+        }
+        let producers = s
+            .producers
+            .into_iter()
+            .map(|e| {
+                let entry = ProducerEntry {
+                    epoch: e.epoch,
+                    batches: e.batches.into_iter().collect(),
+                };
+                (e.producer_id, entry)
+            })
+            .collect();
+        Ok((s.end_offset, ProducerStates { producers }))
+    }
 }
 
 fn next_sequence(s: i32) -> i32 {
@@ -185,6 +252,42 @@ mod tests {
             s.check(&header(1, 4, 0, 1, -1)).unwrap(),
             SequenceCheck::Append
         );
+    }
+
+    #[test]
+    fn snapshot_round_trip_keeps_epochs_sequences_and_offsets() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.record(&header(9, 2, i * 3, 3, 100 + i as i64 * 3));
+        }
+        s.record(&header(4, 0, 0, 1, 200));
+        let (end, back) = ProducerStates::from_snapshot(&s.snapshot(201).unwrap()).unwrap();
+        assert_eq!(end, 201);
+        assert_eq!(back.max_producer_id(), Some(9));
+        // The last batch is a duplicate with its original offsets; older
+        // ones than the five kept are not, and the sequence goes on.
+        match back.check(&header(9, 2, 18, 3, -1)).unwrap() {
+            SequenceCheck::Duplicate(m) => assert_eq!((m.first_offset, m.last_offset), (118, 120)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            back.check(&header(9, 2, 6, 3, -1)).unwrap(),
+            SequenceCheck::Duplicate(_)
+        ));
+        assert!(back.check(&header(9, 2, 3, 3, -1)).is_err());
+        assert_eq!(
+            back.check(&header(9, 2, 21, 1, -1)).unwrap(),
+            SequenceCheck::Append
+        );
+        assert!(matches!(
+            back.check(&header(9, 1, 21, 1, -1)),
+            Err(LogError::InvalidProducerEpoch { current: 2, .. })
+        ));
+        assert!(matches!(
+            back.check(&header(4, 0, 5, 1, -1)),
+            Err(LogError::OutOfOrderSequence { expected: 1, .. })
+        ));
+        assert!(ProducerStates::from_snapshot(b"{}").is_err());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! Files of a segment with base offset B (20-digit, zero-padded like Kafka):
 //! `B.log` the batches exactly as served to consumers, `B.index` and
-//! `B.timeindex` the sparse indexes, and `B.meta` the descriptor written last
-//! when the segment seals. A sealed segment never changes again, so the four
+//! `B.timeindex` the sparse indexes, `B.producers` the producer state as of
+//! the segment's end, and `B.meta` the descriptor written last when the
+//! segment seals. A sealed segment never changes again, so its
 //! files can be uploaded as immutable objects; the descriptor carries what a
 //! merge needs without reading the log (level, offsets, max timestamp, size).
 //! A segment without a descriptor is the active one, or one a crash caught
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::index::{write_synced, SegmentIndex};
+use super::producer_state::{ProducerStates, SNAPSHOT_EXT};
 use super::LogError;
 
 pub const SEGMENT_FORMAT_VERSION: u32 = 1;
@@ -219,12 +221,37 @@ impl Segment {
 
     /// Makes the segment immutable: data and indexes on disk, then the descriptor.
     pub fn seal(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.seal_inner(now_ms, None)
+    }
+
+    /// Like `seal`, also writing `producers` (the partition's producer state
+    /// as of this segment's end) before the descriptor, so a sealed segment
+    /// always has a complete snapshot.
+    pub fn seal_with_producers(
+        &mut self,
+        now_ms: i64,
+        producers: &ProducerStates,
+    ) -> Result<(), LogError> {
+        self.seal_inner(now_ms, Some(producers))
+    }
+
+    fn seal_inner(
+        &mut self,
+        now_ms: i64,
+        producers: Option<&ProducerStates>,
+    ) -> Result<(), LogError> {
         if self.meta.is_some() {
             return Ok(());
         }
         self.file.sync_all()?;
         let (ip, tp) = self.index_paths();
         self.index.write_files(&ip, &tp)?;
+        if let Some(p) = producers {
+            write_synced(
+                &self.dir.join(file_name(self.base_offset, SNAPSHOT_EXT)),
+                &p.snapshot(self.next_offset)?,
+            )?;
+        }
         let meta = SegmentMeta {
             format_version: SEGMENT_FORMAT_VERSION,
             level: 0,
@@ -311,7 +338,24 @@ impl Segment {
     /// Removes every file of the segment.
     pub fn delete_files(&self) -> Result<(), LogError> {
         // `keyindex` is written by compaction after sealing, when the topic is compacted.
-        for ext in ["meta", "keyindex", "index", "timeindex", "log"] {
+        self.remove_files(&[
+            "meta",
+            SNAPSHOT_EXT,
+            "keyindex",
+            "index",
+            "timeindex",
+            "log",
+        ])
+    }
+
+    /// Removes the segment's files except its producer snapshot, which
+    /// stays the partition's starting state once the data is only in the store.
+    pub fn release_files(&self) -> Result<(), LogError> {
+        self.remove_files(&["meta", "keyindex", "index", "timeindex", "log"])
+    }
+
+    fn remove_files(&self, exts: &[&str]) -> Result<(), LogError> {
+        for ext in exts {
             match std::fs::remove_file(self.dir.join(file_name(self.base_offset, ext))) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}

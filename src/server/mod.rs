@@ -16,6 +16,7 @@ use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
+use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::GroupCoordinator;
 use crate::tier::{self, Tier};
 
@@ -54,13 +55,21 @@ impl Server {
         }
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
-        let (catalog, coordinator) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let catalog = Arc::new(Catalog::open(&data_dir)?);
-            let coordinator = GroupCoordinator::open(catalog.clone(), coordinator_config)?;
-            Ok((catalog, Arc::new(coordinator)))
-        })
-        .await??;
+        let (catalog, offsets) = {
+            let coordinator_config = coordinator_config.clone();
+            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let catalog = Arc::new(Catalog::open(&data_dir)?);
+                // Before the tier opens, so that a first start's new offsets
+                // topic gets its remote part with every other partition.
+                let offsets = OffsetsStore::open(&catalog, &coordinator_config)?;
+                Ok((catalog, offsets))
+            })
+            .await??
+        };
         let tier = Tier::open(store, catalog.clone(), &config).await?;
+        // After the tier: the replay reads tiered offsets through it.
+        let coordinator =
+            Arc::new(GroupCoordinator::open(catalog.clone(), offsets, coordinator_config).await?);
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let (host, port) = match &config.advertised_listener {

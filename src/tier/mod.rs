@@ -7,7 +7,7 @@
 //! cluster.json                                       cluster id
 //! topics/<topic>/<topic-id>/topic.json               id, partitions, config
 //! topics/<topic>/<topic-id>/<p>/manifest/<v:020>.json  manifest versions (create-only)
-//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-0.{log,index,timeindex,keyindex,meta}   sealed
+//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-0.{log,index,timeindex,keyindex,producers,meta}   sealed
 //! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>-<job>.{...}                   merged
 //! ```
 //!

@@ -20,16 +20,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::manifest::Manifest;
 use super::TierError;
 use crate::compaction::key_index::KEY_INDEX_EXT;
+use crate::log::producer_state::SNAPSHOT_EXT;
 use crate::log::segment::{file_name, SegmentMeta};
 
 /// Segment logs are streamed to the store in parts of this size.
 const UPLOAD_PART: usize = 8 << 20;
 
-/// Companions uploaded when present locally, before the descriptor.
-const COMPANIONS: [&str; 3] = ["index", "timeindex", KEY_INDEX_EXT];
+/// Companions uploaded before the descriptor; the key index (compacted
+/// topics only) and the producer snapshot (not in old segments) may be absent.
+const COMPANIONS: [&str; 4] = ["index", "timeindex", KEY_INDEX_EXT, SNAPSHOT_EXT];
 
 /// Every extension a segment's objects may have, descriptor first.
-pub const ALL_EXTENSIONS: [&str; 5] = ["meta", "index", "timeindex", KEY_INDEX_EXT, "log"];
+pub const ALL_EXTENSIONS: [&str; 6] = [
+    "meta",
+    "index",
+    "timeindex",
+    KEY_INDEX_EXT,
+    SNAPSHOT_EXT,
+    "log",
+];
 
 /// Uploads the local segment `base` of `dir` under `key`: the log streamed
 /// in parts, then its companions, then the descriptor. Returns the number

@@ -5,8 +5,9 @@
 //! directory that was in use keeps its own topic list: a topic missing there
 //! was deleted, and its leftovers in the store must not bring it back. Then,
 //! for every partition with a
-//! manifest but no local segment, create an empty active segment at the
-//! manifest's end offset and record the manifest's log start offset. The
+//! manifest but no local segment, fetch the newest tiered segment's producer
+//! snapshot, create an empty active segment at the manifest's end offset and
+//! record the manifest's log start offset. The
 //! catalog then opens as usual and the tier serves everything below the
 //! active segment from the store. Pure file preparation keeps the catalog
 //! and the log unaware of restores.
@@ -21,6 +22,7 @@ use super::manifest::ManifestStore;
 use super::{partition_prefix, TierError};
 use crate::catalog::TopicFile;
 use crate::log::index::write_synced;
+use crate::log::producer_state::SNAPSHOT_EXT;
 use crate::log::segment::file_name;
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -75,10 +77,6 @@ pub async fn restore(
         let Some(name) = name_prefix.filename().map(str::to_string) else {
             continue;
         };
-        if name.starts_with("__") {
-            // Internal topics are never tiered (see `uploader::all_partitions`).
-            continue;
-        }
         let Some(file) = newest_topic_file(store, &name_prefix).await? else {
             continue;
         };
@@ -125,6 +123,19 @@ pub async fn restore(
                 .filter_map(|e| e.ok())
                 .any(|e| e.file_name().to_string_lossy().ends_with(".log"));
             if !has_segments {
+                // Before the log, which marks the partition as restored: the
+                // producer state as of the tiered end, so that idempotent
+                // producers go on with their sequences.
+                if let Some(last) = m.segments.last() {
+                    match store.get(&last.object(SNAPSHOT_EXT)).await {
+                        Ok(r) => write_synced(
+                            &pdir.join(file_name(last.base_offset, SNAPSHOT_EXT)),
+                            &r.bytes().await?,
+                        )?,
+                        Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 let base = m.end_offset().unwrap_or(0).max(m.log_start_offset);
                 std::fs::File::create(pdir.join(file_name(base, "log")))?.sync_all()?;
                 restored.partitions += 1;

@@ -552,12 +552,7 @@ impl Tier {
     /// Keeps `topic.json` in the store equal to the catalog's, and removes
     /// the objects of topics deleted since.
     async fn sync_topics(&self) -> Result<(), TierError> {
-        let topics: Vec<Arc<Topic>> = self
-            .catalog
-            .topics()
-            .into_iter()
-            .filter(|t| !t.is_internal())
-            .collect();
+        let topics: Vec<Arc<Topic>> = self.catalog.topics();
         for t in &topics {
             let file = TopicFile {
                 id: t.id(),
@@ -614,14 +609,12 @@ impl Tier {
     }
 }
 
-/// Every (topic, partition index, partition) that is tiered. Internal
-/// topics (`__consumer_offsets`, ...) stay local: their readers replay them
-/// with the synchronous local read at startup.
+/// Every (topic, partition index, partition): all are tiered, internal
+/// topics too, so a wiped data directory gets `__consumer_offsets` back.
 fn all_partitions(catalog: &Catalog) -> Vec<(Arc<Topic>, i32, Arc<Partition>)> {
     catalog
         .topics()
         .into_iter()
-        .filter(|t| !t.is_internal())
         .flat_map(|t| {
             t.partitions()
                 .into_iter()
