@@ -521,3 +521,152 @@ async fn a_standalone_worker_compacts_and_a_killed_one_is_replaced() {
     );
     drop(second);
 }
+
+mod offsets {
+    use super::*;
+    use common::Raw;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{
+        ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+        OffsetFetchResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use strata::server::Server;
+
+    const PARTITIONS: i32 = 100;
+    const ROUNDS: i64 = 10_000;
+    /// Requests sent before their responses are read.
+    const WINDOW: i64 = 50;
+
+    fn s(v: &str) -> StrBytes {
+        StrBytes::from_string(v.to_string())
+    }
+
+    fn commit(round: i64) -> OffsetCommitRequest {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("many-commits")))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s("t")))
+                .with_partitions(
+                    (0..PARTITIONS)
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(round)
+                        })
+                        .collect(),
+                )])
+    }
+
+    async fn committed(server: &Server) -> Vec<i64> {
+        let mut raw = Raw::connect(server.local_addr()).await;
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(s("many-commits")))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s("t")))
+                .with_partition_indexes((0..PARTITIONS).collect())]));
+        let resp: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &req).await;
+        resp.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.committed_offset)
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_million_offset_commits_leave_consumer_offsets_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--tier-interval-ms",
+            "50",
+            "--compaction-delete-delay-ms",
+            "100",
+            "--offsets-topic-segment-bytes",
+            "1048576",
+            "--fsync",
+            "none",
+        ];
+        let server = Server::start(common::config(dir.path(), &args))
+            .await
+            .unwrap();
+        let admin: AdminClient<DefaultClientContext> =
+            client(&server.local_addr().to_string()).create().unwrap();
+        let res = admin
+            .create_topics(
+                &[NewTopic::new("t", PARTITIONS, TopicReplication::Fixed(1))],
+                &AdminOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert!(res[0].is_ok(), "{res:?}");
+        let mut raw = Raw::connect(server.local_addr()).await;
+        for first in (0..ROUNDS).step_by(WINDOW as usize) {
+            for round in first..first + WINDOW {
+                raw.send(ApiKey::OffsetCommit, 8, &commit(round)).await;
+            }
+            for _ in 0..WINDOW {
+                let resp: OffsetCommitResponse =
+                    raw.receive(ApiKey::OffsetCommit, 8).await.unwrap();
+                assert!(resp.topics[0].partitions.iter().all(|p| p.error_code == 0));
+            }
+        }
+        let written = (ROUNDS * PARTITIONS as i64) as u64;
+        let last = vec![ROUNDS - 1; PARTITIONS as usize];
+        assert_eq!(committed(&server).await, last);
+
+        // Everything sealed is tiered and merged as far as the policy goes.
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let store = file_store(dir.path());
+        let m = loop {
+            let (m, config, _) = manifest(&store, "__consumer_offsets").await.unwrap();
+            let tiered = m.end_offset().unwrap_or(0);
+            let settled = tiered as u64 + 20_000 >= written
+                && for_topic(&config).next_job(&descs(&m), now_ms()).is_none();
+            if settled {
+                break m;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "offsets did not settle: tiered to {tiered}, {:?}",
+                m.segments
+                    .iter()
+                    .map(|s| (s.level, s.size))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let uploaded = server
+            .tier()
+            .stats
+            .bytes_uploaded
+            .load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "{written} commits: {uploaded} bytes uploaded, {} bytes in {} segments left",
+            m.size_bytes(),
+            m.segments.len()
+        );
+        // Only the unmerged level-0 segments (fewer than the fan-out per
+        // run) hold more than one record per key.
+        assert!(
+            m.size_bytes() * 10 < uploaded,
+            "{} bytes tiered of {uploaded} written: {:?}",
+            m.size_bytes(),
+            m.segments
+                .iter()
+                .map(|s| (s.level, s.size))
+                .collect::<Vec<_>>()
+        );
+        assert!(m.segments.len() < 16, "{} segments", m.segments.len());
+
+        // The compacted log still rebuilds every committed offset.
+        server.shutdown().await.unwrap();
+        let server = Server::start(common::config(dir.path(), &args))
+            .await
+            .unwrap();
+        assert_eq!(committed(&server).await, last);
+    }
+}
