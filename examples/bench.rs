@@ -25,8 +25,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a topic (replication factor 1, default configs).
-    Create(Target),
+    /// Create a topic (replication factor 1).
+    Create {
+        #[command(flatten)]
+        target: Target,
+        /// Topic config overrides, `name=value`.
+        #[arg(long = "config")]
+        configs: Vec<String>,
+    },
     /// Produce records and report throughput and delivery latency.
     Produce {
         #[command(flatten)]
@@ -67,7 +73,7 @@ struct Target {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Create(t) => create(&t),
+        Command::Create { target, configs } => create(&target, &configs),
         Command::Produce {
             target,
             records,
@@ -80,11 +86,17 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn create(t: &Target) -> anyhow::Result<()> {
+fn create(t: &Target, configs: &[String]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", &t.bootstrap)
         .create()?;
-    let topic = NewTopic::new(&t.topic, t.partitions, TopicReplication::Fixed(1));
+    let mut topic = NewTopic::new(&t.topic, t.partitions, TopicReplication::Fixed(1));
+    for c in configs {
+        let (name, value) = c
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--config {c}: expected name=value"))?;
+        topic = topic.set(name, value);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
