@@ -306,19 +306,7 @@ async fn idempotent_sequences_detect_duplicates_and_gaps() {
     let broker = InProcess::start(&[]).await;
     let mut raw = Raw::connect(broker.addr()).await;
     assert_eq!(create(&mut raw, "idem", &[]).await, 0);
-    let pid: InitProducerIdResponse = raw
-        .call(
-            ApiKey::InitProducerId,
-            4,
-            &InitProducerIdRequest::default()
-                .with_transactional_id(None)
-                .with_transaction_timeout_ms(60000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        )
-        .await;
-    assert_eq!(pid.error_code, 0);
-    let id = pid.producer_id.0;
+    let id = common::init_producer_id(&mut raw).await;
     let first = batch(&[b"a", b"b"], id, 0, 0);
     assert_eq!(produce(&mut raw, "idem", 0, first.clone()).await, (0, 0));
     // A retry of the same batch is acknowledged with its original offset and not stored again.

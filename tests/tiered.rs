@@ -668,22 +668,6 @@ async fn produce_batch(raw: &mut Raw, topic: &str, records: bytes::Bytes) -> (i1
     (p.error_code, p.base_offset)
 }
 
-async fn init_producer_id(raw: &mut Raw) -> i64 {
-    let resp: InitProducerIdResponse = raw
-        .call(
-            ApiKey::InitProducerId,
-            4,
-            &InitProducerIdRequest::default()
-                .with_transactional_id(None)
-                .with_transaction_timeout_ms(60000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        )
-        .await;
-    assert_eq!(resp.error_code, 0);
-    resp.producer_id.0
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -694,7 +678,7 @@ async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     configs.push(("retention.ms", "-1"));
     create_topic(&server.local_addr().to_string(), "idem", &configs).await;
     let mut raw = Raw::connect(server.local_addr()).await;
-    let id = init_producer_id(&mut raw).await;
+    let id = common::init_producer_id(&mut raw).await;
     let pair = |i: i32| [value(i as usize * 2), value(i as usize * 2 + 1)];
     let idempotent = |i: i32| {
         let [a, b] = pair(i);
@@ -731,7 +715,7 @@ async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
         (0, 80)
     );
     // New producers get ids the restored state has not seen.
-    assert!(init_producer_id(&mut raw).await > id);
+    assert!(common::init_producer_id(&mut raw).await > id);
     let bootstrap = server.local_addr().to_string();
     check_all(&consume(&bootstrap, "idem", 0, 82), 0);
     server.shutdown().await.unwrap();

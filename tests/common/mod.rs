@@ -215,3 +215,21 @@ pub fn batch(values: &[&[u8]], producer_id: i64, epoch: i16, first_sequence: i32
     )
     .unwrap()
 }
+
+/// A fresh idempotent producer id from InitProducerId.
+pub async fn init_producer_id(raw: &mut Raw) -> i64 {
+    use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+    let resp: InitProducerIdResponse = raw
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .await;
+    assert_eq!(resp.error_code, 0);
+    resp.producer_id.0
+}
