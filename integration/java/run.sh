@@ -18,6 +18,8 @@
 #                       every assignor, static membership, fencing errors, and committed offsets across
 #                       kill -9 restarts of a private broker started with the default group settings
 #   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
+#   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
+#                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
 # timeout) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).

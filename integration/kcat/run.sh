@@ -8,6 +8,8 @@
 #
 # Every check compares kcat's output with the exact expected text. No consumer
 # groups are used (no -G): consumers read explicit partitions/offsets.
+# check_compaction starts a private broker (tiering every 50 ms) even when BOOTSTRAP is set,
+# and creates its compacted topic with confluent-kafka's AdminClient (integration/install-deps.sh).
 # Prints "N passed, M failed" at the end; exits non-zero if anything failed.
 set -euo pipefail
 
@@ -222,13 +224,91 @@ assert all(0 <= min(s) < $PARTS for s in parts.values())
 EOF
 }
 
+# Leveled streaming compaction of tiered segments, seen through kcat. A private broker (the
+# shared one may be external and tiers at the default pace) tiers every 50 ms and deletes
+# swapped-out merge sources after 100 ms; the topic (created with confluent-kafka's
+# AdminClient, from install-deps.sh: kcat cannot set topic configs) is compacted with tiny
+# segments and fan-out 2. Many versions of few keys are produced in several kcat runs, then
+# `strata levels` is polled until the merges have settled, and a read from the beginning must
+# show gaps, every record at the offset it was produced at, and the newest value of every key.
+check_compaction() {
+  python3 -c 'import confluent_kafka' 2>/dev/null \
+    || { echo "  confluent-kafka is not installed (run integration/install-deps.sh)" >&2; return 1; }
+  start_broker --auto-create-topics false --tier-interval-ms 50 --compaction-delete-delay-ms 100 \
+    --log-level info
+  # (runs in the check's subshell: replaces the EXIT trap there, not the suite's)
+  trap 'rc=$?; if [ $rc != 0 ]; then echo "  --- compaction broker log (tail) ---" >&2;
+        tail -n 30 "$BROKER_DATA/broker.log" | sed "s/^/    /" >&2; fi; stop_broker' EXIT
+  B="$BOOTSTRAP"
+  local t; t="$(topic compact)"
+  python3 - "$B" "$t" <<'EOF'
+import sys
+from confluent_kafka.admin import AdminClient, NewTopic
+b, t = sys.argv[1], sys.argv[2]
+cfg = {"cleanup.policy": "compact", "segment.bytes": "3000", "segment.ms": "300",
+       "min.compaction.lag.ms": "0", "delete.retention.ms": "0", "strata.compaction.fanout": "2"}
+admin = AdminClient({"bootstrap.servers": b})  # (kept alive until the future resolves)
+admin.create_topics([NewTopic(t, 1, 1, config=cfg)], request_timeout=15)[t].result(timeout=20)
+EOF
+  # 20 keys x 40 versions = 800 records in 4 kcat runs; record n lands at offset n.
+  local keys=20 versions=40 runs=4 r v k
+  : >"$WORK/produced"
+  for ((r = 0; r < runs; r++)); do
+    for ((v = r * versions / runs; v < (r + 1) * versions / runs; v++)); do
+      for ((k = 0; k < keys; k++)); do printf 'key%d:v%d-key%d\n' "$k" "$v" "$k"; done
+    done >"$WORK/run$r"
+    produce "$t" -K: <"$WORK/run$r"
+    cat "$WORK/run$r" >>"$WORK/produced"
+    sleep 0.4   # past segment.ms, so the next run starts a new segment
+  done
+  local total=$((keys * versions))
+
+  # wait until every produced offset is tiered, some segment reached level >= 1 and the
+  # policy has no merge left to run
+  local report="" deadline=$(( $(now_ms) + 60000 ))
+  while :; do
+    report="$("$STRATA_BIN" levels "$t" --data-dir "$BROKER_DATA" 2>&1)" || true
+    if grep -q "offsets 0\.\.$total, .*next merge: none" <<<"$report" \
+       && grep -Eq '^  L([1-9]|[1-9][0-9]+): [1-9][0-9]* segments' <<<"$report"; then
+      break
+    fi
+    if [ "$(now_ms)" -ge "$deadline" ]; then
+      echo "  compaction did not settle within 60 s; strata levels:" >&2
+      echo "$report" | sed 's/^/    /' >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+  echo "$report" | sed 's/^/    /'
+
+  consume "$t" '%o %k %s\n' >"$WORK/consumed"
+  python3 - "$WORK/produced" "$WORK/consumed" <<'EOF'
+import sys
+produced = [l.rstrip("\n").split(":", 1) for l in open(sys.argv[1])]
+rows = [l.rstrip("\n").split(" ", 2) for l in open(sys.argv[2]) if l.strip()]
+got = [(int(o), k, v) for o, k, v in rows]
+offs = [o for o, _, _ in got]
+assert got, "nothing consumed"
+bad = [(a, b) for a, b in zip(offs, offs[1:]) if b <= a]
+assert not bad, f"offsets not strictly increasing: {bad[:5]}"
+assert len(got) < len(produced), f"no gaps: read {len(got)} of {len(produced)} records"
+wrong = [(o, k, v, produced[o]) for o, k, v in got if o >= len(produced) or produced[o] != [k, v]]
+assert not wrong, f"records not at the offset they were produced at: {wrong[:5]}"
+last_produced = dict(produced)
+last_seen = {k: v for _, k, v in got}
+assert last_seen == last_produced, \
+    f"newest values differ: {sorted(set(last_produced.items()) ^ set(last_seen.items()))[:10]}"
+print(f"    read {len(got)} of {len(produced)} records, offsets {offs[0]}..{offs[-1]}")
+EOF
+}
+
 # ------------------------------------------------------------------ runner
 
 PASSED=0
 FAILED=0
 FAILED_NAMES=()
 for check in check_metadata check_keyed check_headers check_codecs check_tombstones \
-             check_relative_offset check_timestamps check_all_partitions; do
+             check_relative_offset check_timestamps check_all_partitions check_compaction; do
   t0="$(now_ms)"
   set +e
   ( set -e; "$check" )
