@@ -323,6 +323,39 @@ async fn the_brokers_worker_compacts_keyed_updates_that_consumers_read_across_ga
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_topic_refuses_records_without_a_key() {
+    let broker = InProcess::start(&[]).await;
+    let bootstrap = broker.bootstrap();
+    create_topic(&bootstrap, "kv").await;
+    let p: FutureProducer = client(&bootstrap)
+        .set("message.send.max.retries", "0")
+        .create()
+        .unwrap();
+    let keyless = p
+        .send(
+            FutureRecord::<(), _>::to("kv").payload("v").partition(0),
+            TIMEOUT,
+        )
+        .await;
+    match keyless {
+        Err((e, _)) => assert_eq!(
+            e.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::InvalidRecord),
+            "{e}"
+        ),
+        Ok(d) => panic!("keyless record accepted at {}", d.offset),
+    }
+    let keyed = p
+        .send(
+            FutureRecord::to("kv").key("k").payload("v").partition(0),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(keyed.offset, 0);
+}
+
 /// A job as the broker would queue it: the first `count` segments.
 async fn job_for_first(store: &Arc<dyn ObjectStore>, topic: &str, count: usize) -> JobSpec {
     let (m, config, id) = manifest(store, topic).await.unwrap();

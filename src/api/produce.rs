@@ -12,8 +12,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::error::log_error_code;
 use super::Broker;
+use crate::compaction::records;
 use crate::config::FsyncPolicy;
-use crate::log::batch::BatchHeader;
+use crate::log::batch::{BatchHeader, HEADER_LEN};
 use crate::log::{LogError, Partition};
 
 /// Appends now; the returned future resolves once the acknowledgement may be
@@ -114,6 +115,9 @@ fn append_one(
             "produce requests with version 3 or above must contain exactly one record batch per partition".into(),
         ));
     }
+    if config.compact {
+        require_keys(&records)?;
+    }
     if broker.null_sink {
         return Ok(crate::log::AppendOutcome {
             base_offset: 0,
@@ -124,4 +128,28 @@ fn append_one(
         });
     }
     partition.append(&records, config)
+}
+
+/// Kafka refuses records without a key on a compacted topic (INVALID_RECORD):
+/// compaction could only drop them. This decodes the batch, so only
+/// compacted topics pay for it.
+fn require_keys(batch: &[u8]) -> Result<(), LogError> {
+    let header = crate::log::batch::validate_produced(batch)?;
+    if header.is_control() {
+        return Ok(());
+    }
+    let area = records::decompress(
+        header.attributes & records::CODEC_MASK,
+        &batch[HEADER_LEN..],
+    )
+    .map_err(|e| LogError::Corrupt(e.to_string()))?;
+    let mut keyless = false;
+    records::walk(&area, header.record_count, |r| keyless |= r.key.is_none())
+        .map_err(LogError::Corrupt)?;
+    if keyless {
+        return Err(LogError::InvalidRecord(
+            "Compacted topic cannot accept message without key".into(),
+        ));
+    }
+    Ok(())
 }
