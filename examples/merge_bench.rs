@@ -6,7 +6,10 @@
 //! own: building the key indexes, a plain copy of both logs into one file,
 //! the compacting merge and the concatenating merge. All steps read the same
 //! bytes in the same run, mostly from the page cache, so the ratio compares
-//! the work of the merge with the work of moving the bytes.
+//! the work of the merge with the work of moving the bytes. Then the same
+//! through a `file://` object store, as compaction jobs run: a plain copy of
+//! both logs into one new object (ranged GETs, multipart PUT) against a whole
+//! compaction job (merge from the store, upload, manifest swap).
 //!
 //! Environment: MERGE_BENCH_SEGMENT_MB (default 1024) per source segment,
 //! MERGE_BENCH_KEYS (default 2000000) distinct keys, MERGE_BENCH_CODEC
@@ -17,15 +20,24 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::records::Compression;
+use object_store::ObjectStore;
+use strata::catalog::config::TopicConfig;
+use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use strata::compaction::policy::{simulate, Leveled};
+use strata::compaction::store_source::StoreSegment;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
 use strata::log::batch::{encode_batch, stamp_header, BatchHeader, HEADER_LEN};
 use strata::log::segment::Segment;
+use strata::tier::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
+use strata::tier::store::{default_url, open, S3Options};
+use strata::tier::{objects, partition_prefix, segment_key};
+use tokio::io::AsyncWriteExt;
 
 const RECORDS_PER_BATCH: usize = 100;
 const VALUE_BYTES: usize = 100;
@@ -157,6 +169,7 @@ fn child(step: &str, src: &Path, out: &Path) {
                 stats.keys
             );
         }
+        "store-copy" | "store-compact" => detail = store_step(step, src, out),
         other => panic!("unknown step {other}"),
     }
     println!(
@@ -165,6 +178,113 @@ fn child(step: &str, src: &Path, out: &Path) {
         vm_hwm_kib(),
         detail
     );
+}
+
+const TOPIC: &str = "bench";
+
+fn topic_id() -> uuid::Uuid {
+    uuid::Uuid::from_u128(0x5747_a7a0)
+}
+
+fn store_at(root: &Path) -> Arc<dyn ObjectStore> {
+    open(&default_url(root), &S3Options::default()).unwrap()
+}
+
+/// Uploads the generated segments into a `file://` store under `root` and
+/// writes a manifest naming them, as the broker's uploader would.
+fn upload_sources(src: &Path, root: &Path) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = store_at(root);
+        let prefix = partition_prefix(TOPIC, topic_id(), 0);
+        let writer = WriterEpoch::new(1);
+        let mut segments = Vec::new();
+        for s in LocalSegment::list(src).unwrap() {
+            let key = segment_key(&prefix, s.meta().base_offset, 0);
+            objects::upload_segment(&store, src, s.meta(), &key)
+                .await
+                .unwrap();
+            segments.push(TieredSegment::from_meta(key, s.meta()));
+        }
+        let m = Manifest::empty(writer.clone()).next(&writer, |m| m.segments = segments);
+        ManifestStore::new(store, prefix.child("manifest"))
+            .create(&m)
+            .await
+            .unwrap();
+    });
+}
+
+/// One step through the store in `src`'s sibling `store/` directory.
+fn store_step(step: &str, src: &Path, out: &Path) -> String {
+    let root = src.parent().unwrap().join("store");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = store_at(&root);
+        let prefix = partition_prefix(TOPIC, topic_id(), 0);
+        let m = ManifestStore::new(store.clone(), prefix.child("manifest"))
+            .load_latest()
+            .await
+            .unwrap()
+            .unwrap();
+        if step == "store-copy" {
+            let handle = tokio::runtime::Handle::current();
+            let scratch = out.to_path_buf();
+            let copied = tokio::task::spawn_blocking(move || {
+                let mut w = object_store::buffered::BufWriter::with_capacity(
+                    store.clone(),
+                    prefix.child("copy.log"),
+                    8 << 20,
+                );
+                let mut buf = vec![0u8; 1 << 20];
+                let mut copied = 0u64;
+                for seg in &m.segments {
+                    let source =
+                        StoreSegment::new(store.clone(), seg, handle.clone(), scratch.clone());
+                    let mut r = source.log().unwrap();
+                    loop {
+                        let n = r.read(&mut buf).unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        handle.block_on(w.write_all(&buf[..n])).unwrap();
+                        copied += n as u64;
+                    }
+                }
+                handle.block_on(w.shutdown()).unwrap();
+                copied
+            })
+            .await
+            .unwrap();
+            return format!("copied {} MiB into one object", copied >> 20);
+        }
+        let job = JobSpec {
+            topic: TOPIC.into(),
+            topic_id: topic_id(),
+            partition: 0,
+            sources: m.segments.iter().map(|s| s.key.clone()).collect(),
+            target_level: 1,
+            config: TopicConfig::from_pairs([("cleanup.policy", Some("compact"))]).unwrap(),
+            delete_delay_ms: 0,
+            max_run_ms: u64::MAX / 2,
+            queued_ms: 0,
+        };
+        match Runner::new(store, 1, out.to_path_buf())
+            .run(&job)
+            .await
+            .unwrap()
+        {
+            Outcome::Merged(m) => format!(
+                "output {} MiB, {} records removed",
+                m.output.size >> 20,
+                m.stats.records_removed
+            ),
+            Outcome::Stale(reason) => panic!("stale job: {reason}"),
+        }
+    })
 }
 
 struct Measured {
@@ -258,6 +378,31 @@ fn main() {
             m.detail
         );
     }
+
+    // The same through a file:// object store.
+    let t = Instant::now();
+    upload_sources(&src, &root.join("store"));
+    println!(
+        "uploaded to a file:// store in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let copy = run_child("store-copy", &src, &root.join("store-copy"));
+    println!(
+        "store copy      : {:7.2}s {:8.1} MiB/s   peak RSS {:6.1} MiB   ({})",
+        copy.secs,
+        input_mib / copy.secs,
+        copy.hwm_mib,
+        copy.detail
+    );
+    let job = run_child("store-compact", &src, &root.join("store-compact"));
+    println!(
+        "compaction job  : {:7.2}s {:8.1} MiB/s   peak RSS {:6.1} MiB   throughput/copy {:.2}   ({})",
+        job.secs,
+        input_mib / job.secs,
+        job.hwm_mib,
+        copy.secs / job.secs,
+        job.detail
+    );
 
     let total = 2_000_000_000u64;
     for seg in [1u64 << 20, 8 << 20] {

@@ -70,7 +70,12 @@ pub async fn upload_segment(
     for ext in COMPANIONS.iter().chain(&["meta"]) {
         let bytes = match tokio::fs::read(dir.join(file_name(base, ext))).await {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *ext == KEY_INDEX_EXT => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && [KEY_INDEX_EXT, SNAPSHOT_EXT].contains(ext) =>
+            {
+                continue
+            }
             Err(e) => return Err(e.into()),
         };
         store
@@ -143,4 +148,51 @@ pub async fn collect_orphans(
 
 fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::segment::SEGMENT_FORMAT_VERSION;
+    use crate::tier::store::{default_url, open, S3Options};
+
+    /// Logs larger than one upload part go up as multipart uploads; a segment
+    /// without a key index or producer snapshot uploads without them.
+    #[tokio::test]
+    async fn uploads_a_multipart_log_and_skips_absent_companions() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 2 * UPLOAD_PART as u64 + 123;
+        let log: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join(file_name(0, "log")), &log).unwrap();
+        for ext in ["index", "timeindex", "meta"] {
+            std::fs::write(dir.path().join(file_name(0, ext)), ext).unwrap();
+        }
+        let meta = SegmentMeta {
+            format_version: SEGMENT_FORMAT_VERSION,
+            level: 0,
+            base_offset: 0,
+            next_offset: 10,
+            size,
+            batch_count: 1,
+            max_timestamp: 0,
+            max_timestamp_position: 0,
+            created_ms: 0,
+            sealed_ms: 0,
+        };
+        let root = tempfile::tempdir().unwrap();
+        let store = open(&default_url(root.path()), &S3Options::default()).unwrap();
+        let puts = upload_segment(&store, dir.path(), &meta, "topics/t/id/0/segments/x-0")
+            .await
+            .unwrap();
+        assert_eq!(puts, 4);
+        let got = store
+            .get(&Path::from("topics/t/id/0/segments/x-0.log"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(got.len() as u64, size);
+        assert!(got[..] == log[..]);
+    }
 }
