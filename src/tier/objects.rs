@@ -11,10 +11,9 @@ use std::path::Path as FsPath;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutPayload};
+use object_store::ObjectStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::manifest::Manifest;
@@ -25,6 +24,10 @@ use crate::log::segment::{file_name, SegmentMeta};
 
 /// Segment logs are streamed to the store in parts of this size.
 const UPLOAD_PART: usize = 8 << 20;
+/// Parts uploaded at once: bounds an upload's memory to about
+/// (1 + this) × UPLOAD_PART (object_store's default of 8 would let one
+/// upload hold 72 MiB).
+const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
 
 /// Companions uploaded before the descriptor; the key index (compacted
 /// topics only) and the producer snapshot (not in old segments) may be absent.
@@ -40,9 +43,9 @@ pub const ALL_EXTENSIONS: [&str; 6] = [
     "log",
 ];
 
-/// Uploads the local segment `base` of `dir` under `key`: the log streamed
-/// in parts, then its companions, then the descriptor. Returns the number
-/// of PUTs made.
+/// Uploads the local segment `base` of `dir` under `key`: the log, then its
+/// companions, then the descriptor, each streamed (a key index can be tens
+/// of MiB). Returns the number of objects written.
 pub async fn upload_segment(
     store: &Arc<dyn ObjectStore>,
     dir: &FsPath,
@@ -50,43 +53,57 @@ pub async fn upload_segment(
     key: &str,
 ) -> Result<u64, TierError> {
     let base = meta.base_offset;
-    let file = tokio::fs::File::open(dir.join(file_name(base, "log"))).await?;
-    let mut reader = file.take(meta.size);
+    upload_file(
+        store,
+        &dir.join(file_name(base, "log")),
+        key,
+        "log",
+        Some(meta.size),
+    )
+    .await?;
+    let mut objects = 1;
+    for ext in COMPANIONS.iter().chain(&["meta"]) {
+        match upload_file(store, &dir.join(file_name(base, ext)), key, ext, None).await {
+            Ok(()) => objects += 1,
+            Err(TierError::Io(e))
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && [KEY_INDEX_EXT, SNAPSHOT_EXT].contains(ext) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(objects)
+}
+
+/// Streams the local file `path` (its first `len` bytes, if given) to
+/// `<key>.<ext>`: one PUT when it fits in a part, a multipart upload beyond.
+async fn upload_file(
+    store: &Arc<dyn ObjectStore>,
+    path: &FsPath,
+    key: &str,
+    ext: &str,
+    len: Option<u64>,
+) -> Result<(), TierError> {
+    let file = tokio::fs::File::open(path).await?;
+    let len = match len {
+        Some(l) => l,
+        None => file.metadata().await?.len(),
+    };
     let mut writer = object_store::buffered::BufWriter::with_capacity(
         store.clone(),
-        Path::from(format!("{key}.log")),
+        Path::from(format!("{key}.{ext}")),
         UPLOAD_PART,
-    );
-    let copied = tokio::io::copy(&mut reader, &mut writer).await?;
-    if copied != meta.size {
+    )
+    .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
+    let copied = tokio::io::copy(&mut file.take(len), &mut writer).await?;
+    if copied != len {
         writer.abort().await?;
         return Err(TierError::Corrupt(format!(
-            "segment {base}: read {copied} of {} bytes",
-            meta.size
+            "{}: read {copied} of {len} bytes",
+            path.display()
         )));
     }
     writer.shutdown().await?;
-    let mut puts = 1;
-    for ext in COMPANIONS.iter().chain(&["meta"]) {
-        let bytes = match tokio::fs::read(dir.join(file_name(base, ext))).await {
-            Ok(b) => b,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && [KEY_INDEX_EXT, SNAPSHOT_EXT].contains(ext) =>
-            {
-                continue
-            }
-            Err(e) => return Err(e.into()),
-        };
-        store
-            .put(
-                &Path::from(format!("{key}.{ext}")),
-                PutPayload::from(Bytes::from(bytes)),
-            )
-            .await?;
-        puts += 1;
-    }
-    Ok(puts)
+    Ok(())
 }
 
 /// Deletes every object of the segment `key`, descriptor first; objects
