@@ -163,6 +163,54 @@ pub async fn collect_orphans(
     Ok(deleted)
 }
 
+/// Deletes the objects of topic incarnations whose `topic.json` is gone
+/// (a deletion removes it first, so these are deletions a crash cut short)
+/// once all their objects are older than `min_age`. Incarnations in `live`
+/// (this broker's topics) are never touched. Returns the objects deleted.
+pub async fn collect_deleted_topics(
+    store: &Arc<dyn ObjectStore>,
+    live: &[uuid::Uuid],
+    min_age: Duration,
+) -> Result<usize, TierError> {
+    let cutoff = chrono_cutoff(min_age);
+    let mut deleted = 0;
+    let names = store
+        .list_with_delimiter(Some(&Path::from("topics")))
+        .await?;
+    for name in names.common_prefixes {
+        for id in store
+            .list_with_delimiter(Some(&name))
+            .await?
+            .common_prefixes
+        {
+            let is_live = id
+                .filename()
+                .and_then(|f| f.parse::<uuid::Uuid>().ok())
+                .is_some_and(|i| live.contains(&i));
+            if is_live {
+                continue;
+            }
+            match store.head(&id.child("topic.json")).await {
+                Ok(_) => continue,
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let objects: Vec<_> = store.list(Some(&id)).try_collect().await?;
+            if objects.iter().any(|o| o.last_modified > cutoff) {
+                continue;
+            }
+            for o in objects {
+                match store.delete(&o.location).await {
+                    Ok(()) => deleted += 1,
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
 }
@@ -175,6 +223,48 @@ mod tests {
 
     /// Logs larger than one upload part go up as multipart uploads; a segment
     /// without a key index or producer snapshot uploads without them.
+    #[tokio::test]
+    async fn leftovers_of_a_deleted_topic_go_and_live_topics_stay() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let (gone, live, foreign) = (
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+        );
+        let put = |key: String| {
+            let store = store.clone();
+            async move { store.put(&Path::from(key), "x".into()).await.unwrap() }
+        };
+        // A deletion cut short: topic.json already gone, segments left.
+        put(format!("topics/a/{gone}/0/segments/1-0.log")).await;
+        put(format!("topics/a/{gone}/0/manifest/1.json")).await;
+        // This broker's topic, even while its topic.json is missing.
+        put(format!("topics/a/{live}/0/segments/1-0.log")).await;
+        // Another broker's topic, described.
+        put(format!("topics/b/{foreign}/topic.json")).await;
+        put(format!("topics/b/{foreign}/0/segments/1-0.log")).await;
+
+        let young = collect_deleted_topics(&store, &[live], Duration::from_secs(3600)).await;
+        assert_eq!(young.unwrap(), 0);
+        assert_eq!(
+            collect_deleted_topics(&store, &[live], Duration::ZERO)
+                .await
+                .unwrap(),
+            2
+        );
+        let left: Vec<_> = store.list(None).try_collect().await.unwrap();
+        let mut left: Vec<String> = left.iter().map(|o| o.location.to_string()).collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                format!("topics/a/{live}/0/segments/1-0.log"),
+                format!("topics/b/{foreign}/0/segments/1-0.log"),
+                format!("topics/b/{foreign}/topic.json"),
+            ]
+        );
+    }
+
     #[tokio::test]
     async fn uploads_a_multipart_log_and_skips_absent_companions() {
         let dir = tempfile::tempdir().unwrap();

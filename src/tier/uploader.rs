@@ -421,6 +421,12 @@ impl Tier {
                 }
             }
         }
+        let live: Vec<Uuid> = self.catalog.topics().iter().map(|t| t.id()).collect();
+        match objects::collect_deleted_topics(&self.store, &live, self.orphan_min_age).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(objects = n, "deleted leftovers of deleted topics"),
+            Err(e) => tracing::warn!(error = %e, "scan for deleted topics' leftovers failed"),
+        }
     }
 
     /// Applies retention.ms / retention.bytes and DeleteRecords to the
