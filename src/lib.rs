@@ -1,18 +1,30 @@
 //! Strata: a Kafka-wire-compatible message broker whose log settles into
 //! object storage in levels.
 //!
-//! Layers, outermost first: `server` (sockets, framing, in-order responses),
-//! `api` (one module per Kafka API family, mapping errors to Kafka codes),
-//! `catalog` (topics, configs, producer ids), `log` (segments on disk), and
-//! beside them `compaction` (key indexes and streaming merges of sealed segments).
+//! Layers, outermost first; a layer imports only from the ones below it:
+//!
+//! ```text
+//! server        listeners, framing, in-order responses; wires the jobs below
+//! api           one module per Kafka API family; Kafka error codes mapped here
+//! coordinator   tier   compaction
+//!               consumer groups | sealed segments in the store | merges and their jobs
+//! manifest      the object layout and the manifest versions tier and compaction write
+//! catalog       topics, configs, producer ids
+//! log           partitions: segments on local disk, producer state
+//! format        bytes on disk and on the wire: batches, records, key indexes, file names
+//! ```
+//!
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
+//! `config` holds the command line, which only `server` and `main` read.
 
 pub mod api;
 pub mod catalog;
 pub mod compaction;
 pub mod config;
 pub mod coordinator;
+pub mod format;
 pub mod log;
+pub mod manifest;
 pub mod server;
 pub mod tier;

@@ -6,7 +6,7 @@ use tracing_subscriber::EnvFilter;
 
 use strata::compaction::{levels, worker};
 use strata::config::{BrokerConfig, StoreArgs};
-use strata::tier::store::open_from_args;
+use strata::manifest::store::open_from_args;
 use worker::WorkerOptions;
 
 /// Strata: a Kafka-wire-compatible broker whose log settles into object storage in levels.

@@ -19,7 +19,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use strata::catalog::config::TopicConfig;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeOptions, SegmentSource};
-use strata::log::segment::file_name;
+use strata::format::segment::file_name;
 use strata::log::{now_ms, Partition};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -46,7 +46,7 @@ fn read_all(p: &Partition) -> Vec<Rec> {
             }
         }
         let mut b = &slice.records[..];
-        while let Ok(Some(h)) = strata::log::batch::BatchHeader::parse(b) {
+        while let Ok(Some(h)) = strata::format::batch::BatchHeader::parse(b) {
             offset = offset.max(h.last_offset() + 1);
             b = &b[h.size..];
         }

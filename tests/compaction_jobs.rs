@@ -19,13 +19,14 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use strata::catalog::config::TopicConfig;
+use strata::catalog::TopicFile;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::policy::{for_topic, SegmentDesc};
 use strata::log::now_ms;
-use strata::tier::manifest::{Manifest, ManifestStore};
-use strata::tier::restore::newest_topic_file;
-use strata::tier::store::{default_url, open, S3Options};
-use strata::tier::{objects, partition_prefix};
+use strata::manifest::{Manifest, ManifestStore};
+use strata::manifest::objects::newest_topic_file;
+use strata::manifest::store::{default_url, open, S3Options};
+use strata::manifest::{objects, partition_prefix};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const KEYS: usize = 20;
@@ -226,7 +227,7 @@ async fn manifest(
     store: &Arc<dyn ObjectStore>,
     topic: &str,
 ) -> Option<(Manifest, TopicConfig, uuid::Uuid)> {
-    let file = newest_topic_file(
+    let file: TopicFile = newest_topic_file(
         store,
         &object_store::path::Path::from_iter(["topics", topic]),
     )
@@ -674,7 +675,7 @@ mod offsets {
         };
         let uploaded = server
             .tier()
-            .stats
+            .stats()
             .bytes_uploaded
             .load(std::sync::atomic::Ordering::Relaxed);
         eprintln!(

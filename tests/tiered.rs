@@ -27,7 +27,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use strata::server::Server;
-use strata::tier::fault::{Fault, FaultyStore};
+use strata::manifest::fault::{Fault, FaultyStore};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Small segments that roll on size and, when idle, within a few hundred ms.
@@ -550,7 +550,7 @@ async fn cold_read_vs_hot_read() {
     );
     let gets_before = server.tier().cache().counters.gets.load(Relaxed);
     let (cold, _) = read_all(bootstrap).await.unwrap();
-    let stats = &server.tier().stats;
+    let stats = server.tier().stats();
     let gb = stats.bytes_uploaded.load(Relaxed) as f64 / 1e9;
     let gets = server.tier().cache().counters.gets.load(Relaxed) - gets_before;
     println!(

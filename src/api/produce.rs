@@ -12,9 +12,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::error::log_error_code;
 use super::Broker;
-use crate::compaction::records;
 use crate::config::FsyncPolicy;
-use crate::log::batch::{BatchHeader, HEADER_LEN};
+use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
+use crate::format::records;
 use crate::log::{LogError, Partition};
 
 /// Appends now; the returned future resolves once the acknowledgement may be
@@ -134,15 +134,11 @@ fn append_one(
 /// compaction could only drop them. This decodes the batch, so only
 /// compacted topics pay for it.
 fn require_keys(batch: &[u8]) -> Result<(), LogError> {
-    let header = crate::log::batch::validate_produced(batch)?;
+    let header = validate_produced(batch)?;
     if header.is_control() {
         return Ok(());
     }
-    let area = records::decompress(
-        header.attributes & records::CODEC_MASK,
-        &batch[HEADER_LEN..],
-    )
-    .map_err(|e| LogError::Corrupt(e.to_string()))?;
+    let area = records::decompress(header.attributes & CODEC_MASK, &batch[HEADER_LEN..])?;
     let mut keyless = false;
     records::walk(&area, header.record_count, |r| keyless |= r.key.is_none())
         .map_err(LogError::Corrupt)?;

@@ -22,6 +22,8 @@ use crate::log::{AppendConfig, LogError, Partition};
 pub use config::TopicConfig;
 use producer_ids::ProducerIdAllocator;
 
+const CLUSTER_FILE: &str = "cluster.json";
+const TOPIC_FILE: &str = "topic.json";
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_NAME_LEN: usize = 249;
 
@@ -134,7 +136,7 @@ impl Topic {
             config: self.config(),
         };
         let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-        write_synced(&self.dir.join("topic.json"), &json)?;
+        write_synced(&self.dir.join(TOPIC_FILE), &json)?;
         Ok(())
     }
 
@@ -148,16 +150,76 @@ impl Topic {
     }
 }
 
+/// A data directory before the catalog opens it: what a restore from the
+/// object store may fill in, through the same files the catalog reads.
+pub struct Seed {
+    root: PathBuf,
+}
+
+impl Seed {
+    pub fn new(data_dir: &Path) -> Result<Seed, CatalogError> {
+        std::fs::create_dir_all(data_dir.join("topics"))?;
+        Ok(Seed {
+            root: data_dir.to_path_buf(),
+        })
+    }
+
+    /// Never opened by a catalog: it has no cluster id yet.
+    pub fn is_new(&self) -> bool {
+        !self.root.join(CLUSTER_FILE).exists()
+    }
+
+    /// Adopts the cluster id a previous incarnation of this broker used.
+    pub fn set_cluster_id(&self, cluster_id: &str) -> Result<(), CatalogError> {
+        write_cluster_file(&self.root, cluster_id)
+    }
+
+    /// The local description of topic `name`, if any.
+    pub fn topic(&self, name: &str) -> Option<TopicFile> {
+        let bytes = std::fs::read(self.topic_dir(name).join(TOPIC_FILE)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Describes topic `name` locally as `file` says.
+    pub fn add_topic(&self, name: &str, file: &TopicFile) -> Result<(), CatalogError> {
+        validate_topic_name(name)?;
+        let dir = self.topic_dir(name);
+        std::fs::create_dir_all(&dir)?;
+        let json = serde_json::to_vec_pretty(file).map_err(std::io::Error::other)?;
+        write_synced(&dir.join(TOPIC_FILE), &json)?;
+        Ok(())
+    }
+
+    /// Where partition `index` of topic `name` keeps its log.
+    pub fn partition_dir(&self, name: &str, index: i32) -> PathBuf {
+        self.topic_dir(name).join(index.to_string())
+    }
+
+    fn topic_dir(&self, name: &str) -> PathBuf {
+        self.root.join("topics").join(name)
+    }
+}
+
+fn write_cluster_file(data_dir: &Path, cluster_id: &str) -> Result<(), CatalogError> {
+    let json = serde_json::to_vec(&ClusterFile {
+        cluster_id: cluster_id.to_string(),
+    })
+    .map_err(std::io::Error::other)?;
+    write_synced(&data_dir.join(CLUSTER_FILE), &json)?;
+    Ok(())
+}
+
 pub struct Catalog {
     root: PathBuf,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
-    cluster_id: String,
+    pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
 }
 
+/// `cluster.json`; the tier keeps a copy in the object store.
 #[derive(Serialize, Deserialize)]
-struct ClusterFile {
-    cluster_id: String,
+pub struct ClusterFile {
+    pub cluster_id: String,
 }
 
 impl Catalog {
@@ -166,19 +228,14 @@ impl Catalog {
         let topics_dir = data_dir.join("topics");
         std::fs::create_dir_all(&topics_dir)?;
         std::fs::create_dir_all(data_dir.join("deleted"))?;
-        let cluster_path = data_dir.join("cluster.json");
-        let cluster_id = match std::fs::read(&cluster_path)
+        let cluster_id = match std::fs::read(data_dir.join(CLUSTER_FILE))
             .ok()
             .and_then(|b| serde_json::from_slice::<ClusterFile>(&b).ok())
         {
             Some(c) => c.cluster_id,
             None => {
                 let id = base64_uuid(Uuid::new_v4());
-                let json = serde_json::to_vec(&ClusterFile {
-                    cluster_id: id.clone(),
-                })
-                .map_err(std::io::Error::other)?;
-                write_synced(&cluster_path, &json)?;
+                write_cluster_file(data_dir, &id)?;
                 id
             }
         };
@@ -186,7 +243,7 @@ impl Catalog {
         for entry in std::fs::read_dir(&topics_dir)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(bytes) = std::fs::read(entry.path().join("topic.json")) else {
+            let Ok(bytes) = std::fs::read(entry.path().join(TOPIC_FILE)) else {
                 tracing::warn!(dir = %entry.path().display(), "ignoring topic directory without topic.json");
                 continue;
             };

@@ -11,11 +11,16 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::key_index::{self, KEY_INDEX_EXT};
 use super::CompactionError;
-use crate::log::batch::{BatchHeader, HEADER_LEN};
+use crate::format::segment::{
+    file_name, SegmentMeta, INDEX_EXT, KEY_INDEX_EXT, LOG_EXT, META_EXT, TIME_INDEX_EXT,
+};
 use crate::log::index::write_synced;
-use crate::log::segment::{file_name, sync_dir, SegmentMeta};
+use crate::log::key_index;
+use crate::log::segment::sync_dir;
+
+/// The output log's write buffer.
+const WRITE_BUFFER: usize = 1 << 20;
 
 /// One sealed segment as a merge input.
 pub trait SegmentSource {
@@ -59,77 +64,6 @@ impl Write for KeyIndexSink<'_> {
     }
 }
 
-const STREAM_BUFFER: usize = 1 << 20;
-
-/// Whole batches, one at a time, from a sequential byte stream. Memory is one
-/// buffer, grown only for a batch larger than it.
-pub struct BatchStream<R: Read> {
-    input: R,
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    eof: bool,
-    /// Bytes handed out so far (the position of the next batch).
-    position: u64,
-}
-
-impl<R: Read> BatchStream<R> {
-    pub fn new(input: R) -> BatchStream<R> {
-        BatchStream {
-            input,
-            buf: vec![0; STREAM_BUFFER],
-            start: 0,
-            end: 0,
-            eof: false,
-            position: 0,
-        }
-    }
-
-    fn fill(&mut self, n: usize) -> Result<bool, CompactionError> {
-        while self.end - self.start < n && !self.eof {
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.buf.len() < n {
-                self.buf.resize(n, 0);
-            }
-            let got = self.input.read(&mut self.buf[self.end..])?;
-            if got == 0 {
-                self.eof = true;
-            }
-            self.end += got;
-        }
-        Ok(self.end - self.start >= n)
-    }
-
-    /// The next batch's header and bytes; `None` at a clean end of stream.
-    pub fn next_batch(&mut self) -> Result<Option<(BatchHeader, &[u8])>, CompactionError> {
-        if !self.fill(HEADER_LEN)? {
-            if self.end == self.start {
-                return Ok(None);
-            }
-            return Err(CompactionError::CorruptBatch {
-                offset: -1,
-                reason: format!("torn header at position {}", self.position),
-            });
-        }
-        let header = BatchHeader::parse(&self.buf[self.start..self.end])?
-            .expect("a whole header is buffered");
-        if !self.fill(header.size)? {
-            return Err(CompactionError::CorruptBatch {
-                offset: header.base_offset,
-                reason: format!("torn batch at position {}", self.position),
-            });
-        }
-        let at = self.start;
-        self.start += header.size;
-        self.position += header.size as u64;
-        Ok(Some((header, &self.buf[at..at + header.size])))
-    }
-}
-
 /// A sealed segment in a local partition directory.
 pub struct LocalSegment {
     dir: PathBuf,
@@ -140,7 +74,7 @@ impl LocalSegment {
     /// Opens the sealed segment based at `base_offset`; only its descriptor
     /// is read, and a segment without one (the active one) is refused.
     pub fn open(dir: &Path, base_offset: i64) -> Result<LocalSegment, CompactionError> {
-        let raw = std::fs::read(dir.join(file_name(base_offset, "meta"))).map_err(|e| {
+        let raw = std::fs::read(dir.join(file_name(base_offset, META_EXT))).map_err(|e| {
             CompactionError::InvalidMerge(format!(
                 "segment {base_offset} in {} is not sealed: {e}",
                 dir.display()
@@ -179,15 +113,10 @@ impl LocalSegment {
     /// Builds the key index if the segment has none yet (sealed before its
     /// topic became compacted, or a crash between seal and index).
     pub fn ensure_key_index(&self) -> Result<PathBuf, CompactionError> {
-        let path = self.key_index_path();
-        if path.exists() {
-            return Ok(path);
-        }
-        key_index::build_for_segment(
+        Ok(key_index::ensure_for_segment(
             &self.dir,
             self.meta.base_offset,
-            key_index::DEFAULT_BUILD_BUDGET,
-        )
+        )?)
     }
 }
 
@@ -196,7 +125,7 @@ impl SegmentSource for LocalSegment {
         &self.meta
     }
     fn log(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
-        let f = File::open(self.dir.join(file_name(self.meta.base_offset, "log")))?;
+        let f = File::open(self.dir.join(file_name(self.meta.base_offset, LOG_EXT)))?;
         // The descriptor's size bounds the read: bytes past it are not part
         // of the sealed segment.
         Ok(Box::new(f.take(self.meta.size)))
@@ -218,7 +147,7 @@ pub struct LocalSink {
 
 impl LocalSink {
     pub fn create(dir: &Path, base_offset: i64) -> Result<LocalSink, CompactionError> {
-        for ext in ["log", "meta"] {
+        for ext in [LOG_EXT, META_EXT] {
             if dir.join(file_name(base_offset, ext)).exists() {
                 return Err(CompactionError::InvalidMerge(format!(
                     "{} already has a segment at {base_offset}; write the output elsewhere",
@@ -234,8 +163,8 @@ impl LocalSink {
             finished: false,
         };
         sink.log = Some(BufWriter::with_capacity(
-            STREAM_BUFFER,
-            File::create(sink.tmp("log"))?,
+            WRITE_BUFFER,
+            File::create(sink.tmp(LOG_EXT))?,
         ));
         Ok(sink)
     }
@@ -287,20 +216,20 @@ impl SegmentSink for LocalSink {
             .log
             .take()
             .ok_or_else(|| CompactionError::InvalidMerge("sink already finished".into()))?;
-        self.publish(log, "log")?;
+        self.publish(log, LOG_EXT)?;
         if let Some(k) = self.key_index.take() {
             self.publish(k, KEY_INDEX_EXT)?;
         }
         write_synced(
-            &self.dir.join(file_name(self.base_offset, "index")),
+            &self.dir.join(file_name(self.base_offset, INDEX_EXT)),
             offset_index,
         )?;
         write_synced(
-            &self.dir.join(file_name(self.base_offset, "timeindex")),
+            &self.dir.join(file_name(self.base_offset, TIME_INDEX_EXT)),
             time_index,
         )?;
         let json = serde_json::to_vec_pretty(meta).map_err(std::io::Error::other)?;
-        write_synced(&self.dir.join(file_name(self.base_offset, "meta")), &json)?;
+        write_synced(&self.dir.join(file_name(self.base_offset, META_EXT)), &json)?;
         sync_dir(&self.dir)?;
         self.finished = true;
         Ok(())
@@ -310,7 +239,7 @@ impl SegmentSink for LocalSink {
 impl Drop for LocalSink {
     fn drop(&mut self) {
         if !self.finished {
-            for ext in ["log", KEY_INDEX_EXT] {
+            for ext in [LOG_EXT, KEY_INDEX_EXT] {
                 let _ = std::fs::remove_file(self.tmp(ext));
             }
         }

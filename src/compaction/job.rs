@@ -33,11 +33,12 @@ use super::merge::{merge, MergeOptions, MergeStats};
 use super::store_source::StoreSegment;
 use super::CompactionError;
 use crate::catalog::config::TopicConfig;
+use crate::format::segment::{file_name, SNAPSHOT_EXT};
 use crate::log::now_ms;
-use crate::log::producer_state::SNAPSHOT_EXT;
-use crate::log::segment::file_name;
-use crate::tier::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
-use crate::tier::{objects, partition_prefix, segment_key, TierError};
+use crate::manifest::{
+    manifest_dir, objects, partition_prefix, segment_key, Manifest, ManifestError, ManifestStore,
+    TieredSegment, WriterEpoch,
+};
 
 /// The internal topic jobs are queued on.
 pub const JOBS_TOPIC: &str = "__strata_compaction";
@@ -70,7 +71,7 @@ impl JobSpec {
     }
 
     fn manifests(&self, store: &Arc<dyn ObjectStore>) -> ManifestStore {
-        ManifestStore::new(store.clone(), self.prefix().child("manifest"))
+        ManifestStore::new(store.clone(), manifest_dir(&self.prefix()))
     }
 
     fn prefix(&self) -> object_store::path::Path {
@@ -207,11 +208,11 @@ impl Runner {
         let last = segments.last().expect("a job has sources");
         match self.store.get(&last.object(SNAPSHOT_EXT)).await {
             Ok(r) => {
-                let bytes = r.bytes().await.map_err(TierError::from)?;
+                let bytes = r.bytes().await.map_err(ManifestError::from)?;
                 std::fs::write(work.join(file_name(base, SNAPSHOT_EXT)), bytes)?
             }
             Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(TierError::from(e).into()),
+            Err(e) => return Err(ManifestError::from(e).into()),
         }
         objects::upload_segment(&self.store, &work, &meta, key).await?;
         Ok((TieredSegment::from_meta(key.to_string(), &meta), stats))
@@ -236,7 +237,7 @@ impl Runner {
         let result = manifests
             .commit(&base, &self.writer, |m| {
                 let first = locate(m, &job.sources).ok_or_else(|| {
-                    TierError::Superseded("sources no longer in the manifest".into())
+                    ManifestError::Superseded("sources no longer in the manifest".into())
                 })?;
                 m.segments
                     .splice(first..first + job.sources.len(), [output.clone()]);
@@ -249,7 +250,7 @@ impl Runner {
                 manifest,
                 stats: up.stats,
             }))),
-            Err(TierError::Superseded(reason)) => {
+            Err(ManifestError::Superseded(reason)) => {
                 // A write reported as failed may still have landed.
                 if let Some(latest) = manifests.load_latest().await? {
                     if latest.segments.iter().any(|s| s.key == up.output.key) {

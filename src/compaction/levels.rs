@@ -12,16 +12,16 @@ use object_store::ObjectStore;
 
 use super::policy::{self, SegmentDesc};
 use crate::log::now_ms;
-use crate::tier::manifest::ManifestStore;
-use crate::tier::restore::newest_topic_file;
-use crate::tier::{partition_prefix, TierError};
+use crate::catalog::TopicFile;
+use crate::manifest::objects::newest_topic_file;
+use crate::manifest::{manifest_dir, partition_prefix, ManifestError, ManifestStore};
 
 /// Per partition: segments and bytes by level, object count, the merge the
 /// policy would run next, and how long the oldest unmerged segment has
 /// waited.
-pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String, TierError> {
-    let Some(file) = newest_topic_file(store, &Path::from_iter(["topics", topic])).await? else {
-        return Err(TierError::Config(format!(
+pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String, ManifestError> {
+    let Some(file) = newest_topic_file::<TopicFile>(store, &Path::from_iter(["topics", topic])).await? else {
+        return Err(ManifestError::Config(format!(
             "topic {topic} is not in the store"
         )));
     };
@@ -44,7 +44,7 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
     let now = now_ms();
     for p in 0..file.partitions as i32 {
         let prefix = partition_prefix(topic, file.id, p);
-        let manifest = ManifestStore::new(store.clone(), prefix.child("manifest"))
+        let manifest = ManifestStore::new(store.clone(), manifest_dir(&prefix))
             .load_latest()
             .await?;
         let objects = store

@@ -37,21 +37,20 @@ use std::io::BufReader;
 
 use bytes::BufMut;
 
-use super::io::{BatchStream, KeyIndexSink, SegmentSink, SegmentSource};
-use super::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
-use super::records::{self, CODEC_MASK};
+use super::io::{KeyIndexSink, SegmentSink, SegmentSource};
 use super::CompactionError;
 use crate::catalog::config::TopicConfig;
-use crate::log::batch::{compute_crc, BatchHeader, HEADER_LEN, LOG_OVERHEAD};
+use crate::format::batch::{
+    compute_crc, BatchHeader, BatchStream, ATTRIBUTES_OFFSET, BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER_LEN, LOG_OVERHEAD, MAX_TIMESTAMP_OFFSET,
+    RECORD_COUNT_OFFSET,
+};
+use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
+use crate::format::records;
+use crate::format::FormatError;
 use crate::log::index::SegmentIndex;
-use crate::log::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
+use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
-const BATCH_LENGTH_OFFSET: usize = 8;
-const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
-const BASE_TIMESTAMP_OFFSET: usize = 27;
-const MAX_TIMESTAMP_OFFSET: usize = 35;
-const RECORD_COUNT_OFFSET: usize = 57;
 const KEY_INDEX_READ_BUFFER: usize = 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,11 +371,12 @@ fn mark_survivors(
             s.key_index()?,
         ))?;
         if r.base_offset() != s.meta().base_offset {
-            return Err(CompactionError::CorruptIndex(format!(
+            return Err(FormatError::CorruptIndex(format!(
                 "key index of segment {} says base offset {}",
                 s.meta().base_offset,
                 r.base_offset()
-            )));
+            ))
+            .into());
         }
         // Sources are oldest first, so later ones overwrite.
         for p in r.producers() {
@@ -527,7 +527,7 @@ mod tests {
 
     use super::*;
     use crate::compaction::io::{LocalSegment, LocalSink};
-    use crate::log::batch::encode_batch;
+    use crate::format::batch::encode_batch;
     use crate::log::{AppendConfig, Partition};
 
     const OLD: i64 = 1_000_000;
@@ -647,7 +647,7 @@ mod tests {
     }
 
     fn read_log(dir: &Path, base: i64) -> Vec<u8> {
-        std::fs::read(dir.join(crate::log::segment::file_name(base, "log"))).unwrap()
+        std::fs::read(dir.join(crate::format::segment::file_name(base, "log"))).unwrap()
     }
 
     fn run_merge(
@@ -797,7 +797,7 @@ mod tests {
         );
         assert_eq!(m2.level, 2);
         let idx = |dir: &Path, base| {
-            let f = std::fs::File::open(dir.join(crate::log::segment::file_name(base, "keyindex")))
+            let f = std::fs::File::open(dir.join(crate::format::segment::file_name(base, "keyindex")))
                 .unwrap();
             KeyIndexReader::new(f).unwrap().read_all().unwrap()
         };
@@ -879,7 +879,7 @@ mod tests {
         assert_eq!(stats.batches_copied, stats.input_batches);
         assert!(!out
             .path()
-            .join(crate::log::segment::file_name(meta.base_offset, "keyindex"))
+            .join(crate::format::segment::file_name(meta.base_offset, "keyindex"))
             .exists());
         // The copied segment reads like the originals.
         let merged = Partition::open(out.path()).unwrap();
@@ -950,7 +950,7 @@ mod tests {
             timestamp: OLD + 100,
         };
         let raw = encode(&spec, &mut serial);
-        let head = crate::log::batch::stamp_header(&raw, meta.next_offset, 0, None);
+        let head = crate::format::batch::stamp_header(&raw, meta.next_offset, 0, None);
         let h = BatchHeader::parse(&head).unwrap().unwrap();
         seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
         seg.seal(0).unwrap();

@@ -4,7 +4,7 @@
 //! the log and rewrites the log against it, so its memory grows with the key
 //! space and it needs the whole log on one local disk. Strata instead treats
 //! sealed segments like the runs of an LSM tree: each one carries a key index
-//! sorted by key hash (`key_index`), written once when the segment seals. A
+//! sorted by key hash (`format::key_index`), written once when the segment seals. A
 //! merge of N contiguous segments is then a true streaming merge sort of N
 //! sorted files that yields, per key, the newest offset; those survivors are
 //! marked in one bit per offset, and the records stream through that filter
@@ -17,24 +17,25 @@
 //! segment, so every byte is rewritten about once per level.
 //!
 //! The merge reads and writes through two narrow traits (`SegmentSource`,
-//! `SegmentSink` in `io`), with local-file implementations here; the object
-//! store implementations and the job queue that runs merges live with tiered
-//! storage. Nothing in this module touches the produce or fetch path: record
-//! batches are only decompressed here, off to the side.
+//! `SegmentSink` in `io`), with local-file implementations in `io` and
+//! store-backed sources in `store_source`. Jobs (`job`) run merges against
+//! the store and swap their output into the partition's manifest
+//! (`crate::manifest`, which tiering writes too); the `scheduler` queues them
+//! on an internal topic and `worker`s consume them. The broker's `server`
+//! wires the scheduler to the tier's manifests, so this module never calls
+//! the tier nor the tier this module. Nothing here touches the produce or
+//! fetch path: record batches are only decompressed here, off to the side.
 
 pub mod io;
 pub mod job;
-pub mod key_index;
 pub mod levels;
 pub mod merge;
 pub mod policy;
-pub mod records;
 pub mod scheduler;
 pub mod store_source;
 pub mod worker;
 
 pub use io::{LocalSegment, LocalSink, SegmentSink, SegmentSource};
-pub use key_index::{KeyEntry, KeyIndexBuilder, KeyIndexReader};
 pub use merge::{merge, MergeMode, MergeOptions, MergeStats};
 pub use policy::{CompactionPolicy, Job, Leveled, NoCompaction, SegmentDesc};
 
@@ -44,16 +45,14 @@ pub enum CompactionError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Log(#[from] crate::log::LogError),
-    #[error("corrupt key index: {0}")]
-    CorruptIndex(String),
     #[error("corrupt record batch at offset {offset}: {reason}")]
     CorruptBatch { offset: i64, reason: String },
-    #[error("{codec} codec failed: {reason}")]
-    Codec { codec: &'static str, reason: String },
     #[error("invalid merge: {0}")]
     InvalidMerge(String),
     #[error(transparent)]
-    Tier(#[from] crate::tier::TierError),
+    Format(#[from] crate::format::FormatError),
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
     #[error("kafka client: {0}")]
     Client(#[from] rdkafka::error::KafkaError),
     #[error("malformed job record: {0}")]

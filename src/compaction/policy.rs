@@ -23,8 +23,8 @@
 //! listed in a tiered-storage manifest; the active segment is never offered.
 
 use crate::catalog::config::TopicConfig;
-use crate::log::segment::SegmentMeta;
-use crate::tier::manifest::TieredSegment;
+use crate::format::segment::SegmentMeta;
+use crate::manifest::TieredSegment;
 
 /// What the policy knows about a sealed segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,9 +22,9 @@ use super::job::{JobSpec, JOBS_TOPIC};
 use super::policy::{self, SegmentDesc};
 use crate::catalog::config::COMPACTION_POLICY;
 use crate::catalog::{Catalog, CatalogError, Topic};
-use crate::log::batch::encode_batch;
+use crate::format::batch::encode_batch;
 use crate::log::{now_ms, LogError};
-use crate::tier::manifest::Manifest;
+use crate::manifest::Manifest;
 
 /// Partitions of the job topic: jobs spread over this many workers at most.
 const JOB_PARTITIONS: i32 = 4;

@@ -16,12 +16,13 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::runtime::Handle;
 
-use super::io::{BatchStream, SegmentSource};
-use super::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET, KEY_INDEX_EXT};
+use super::io::SegmentSource;
+use crate::format::batch::BatchStream;
+use crate::format::segment::{KEY_INDEX_EXT, LOG_EXT};
+use crate::log::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET};
 use super::CompactionError;
-use crate::log::segment::SegmentMeta;
-use crate::tier::manifest::TieredSegment;
-use crate::tier::TierError;
+use crate::format::segment::SegmentMeta;
+use crate::manifest::{ManifestError, TieredSegment};
 
 const CHUNK: u64 = 4 << 20;
 
@@ -68,7 +69,7 @@ impl StoreSegment {
         std::fs::create_dir_all(&self.scratch)?;
         let mut builder =
             KeyIndexBuilder::new(self.meta.base_offset, DEFAULT_BUILD_BUDGET, &self.scratch);
-        let mut stream = BatchStream::new(self.object("log", self.meta.size));
+        let mut stream = BatchStream::new(self.object(LOG_EXT, self.meta.size));
         while let Some((header, bytes)) = stream.next_batch()? {
             add_batch_records(&mut builder, &header, bytes)?;
         }
@@ -92,7 +93,7 @@ impl SegmentSource for StoreSegment {
     }
 
     fn log(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
-        Ok(Box::new(self.object("log", self.meta.size)))
+        Ok(Box::new(self.object(LOG_EXT, self.meta.size)))
     }
 
     fn key_index(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
@@ -100,7 +101,7 @@ impl SegmentSource for StoreSegment {
         match self.handle.block_on(self.store.head(&path)) {
             Ok(head) => Ok(Box::new(self.object(KEY_INDEX_EXT, head.size))),
             Err(object_store::Error::NotFound { .. }) => Ok(Box::new(self.build_key_index()?)),
-            Err(e) => Err(TierError::from(e).into()),
+            Err(e) => Err(ManifestError::from(e).into()),
         }
     }
 }

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use super::job::{JobSpec, Merged, Outcome, Runner, JOBS_TOPIC, WORKER_GROUP};
 use super::CompactionError;
-use crate::tier::manifest::Manifest;
+use crate::manifest::Manifest;
 
 /// Told about every manifest a job wrote (the broker adopts it at once
 /// instead of finding out at its next write or failed read).

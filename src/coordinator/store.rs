@@ -12,7 +12,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use super::records::RecordKey;
 use super::CoordinatorConfig;
 use crate::catalog::{Catalog, CatalogError};
-use crate::log::batch::{encode_batch, BatchHeader};
+use crate::format::batch::{encode_batch, BatchHeader};
 use crate::log::{now_ms, AppendConfig, LogError, Partition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

@@ -5,14 +5,14 @@
 //! never changes again. The log validates and stamps batches but never decodes
 //! records, except to answer a by-timestamp lookup inside a single batch.
 
-pub mod batch;
 pub mod index;
+pub mod key_index;
 pub mod partition;
 pub mod producer_state;
 pub mod remote;
 pub mod segment;
 
-pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition};
+pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition, RestorePoint};
 pub use remote::{RemoteFuture, RemoteLog};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +47,20 @@ pub enum LogError {
     Remote(String),
     #[error("too many sealed bytes wait for upload to the object store; retry later")]
     Backpressure,
+}
+
+impl From<crate::format::FormatError> for LogError {
+    fn from(e: crate::format::FormatError) -> Self {
+        use crate::format::FormatError as F;
+        match e {
+            F::Io(e) => LogError::Io(e),
+            F::UnsupportedMagic(m) => LogError::UnsupportedMagic(m),
+            F::InvalidRecord(r) => LogError::InvalidRecord(r),
+            e @ (F::Corrupt(_) | F::CorruptIndex(_) | F::Codec { .. }) => {
+                LogError::Corrupt(e.to_string())
+            }
+        }
+    }
 }
 
 /// Wall-clock milliseconds since the epoch.

@@ -13,15 +13,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use super::batch::{self, BatchHeader};
 use super::index::write_synced;
-use super::producer_state::{ProducerStates, SequenceCheck, SNAPSHOT_EXT};
+use super::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
+use super::producer_state::{ProducerStates, SequenceCheck};
 use super::remote::RemoteLog;
-use super::segment::{file_name, Segment, SegmentMeta};
+use super::segment::Segment;
+use crate::format::batch::{self, first_record, BatchHeader};
+use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
 use super::{now_ms, LogError};
 
 /// A single broker is the leader of every partition, always in epoch 0.
@@ -400,11 +401,11 @@ impl Partition {
         let Some(loc) = reader.locate(position, i64::MIN)? else {
             return Ok(None);
         };
-        first_record(
+        Ok(first_record(
             &reader.read_at(loc.position, loc.header.size)?,
             &loc.header,
             |_, ts| ts == max_ts,
-        )
+        )?)
     }
 
     /// Moves the log start offset forward (DeleteRecords); `offset` -1 means
@@ -513,6 +514,12 @@ impl Partition {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Builds the key index of the sealed segment `base_offset` unless it
+    /// has one already.
+    pub fn ensure_key_index(&self, base_offset: i64) -> Result<(), LogError> {
+        super::key_index::ensure_for_segment(&self.dir, base_offset).map(|_| ())
     }
 }
 
@@ -645,6 +652,57 @@ impl Partition {
     }
 }
 
+/// Where a partition whose older data lives elsewhere (the object store)
+/// continues, for [`Partition::prepare_restore`].
+#[derive(Debug, Clone)]
+pub struct RestorePoint {
+    /// The first offset the local log will hold.
+    pub next_offset: i64,
+    pub log_start_offset: i64,
+    /// The producer snapshot of the segment ending at `next_offset`: that
+    /// segment's base offset and the snapshot's bytes.
+    pub producers: Option<(i64, Bytes)>,
+}
+
+impl Partition {
+    /// Whether the (not yet opened) partition directory `dir` holds a log.
+    pub fn has_segments(dir: &Path) -> bool {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+    }
+
+    /// Prepares the (not yet opened) partition directory `dir` to continue
+    /// at `point`: a directory without segments gets the producer snapshot
+    /// and an empty active segment at `point.next_offset`, and any directory
+    /// gets its log start offset raised to `point.log_start_offset`. Returns
+    /// whether the directory had no segments.
+    pub fn prepare_restore(dir: &Path, point: &RestorePoint) -> Result<bool, LogError> {
+        std::fs::create_dir_all(dir)?;
+        let has_segments = Partition::has_segments(dir);
+        if !has_segments {
+            // Before the log, whose presence marks the partition as restored:
+            // the producer state as of that offset, so idempotent producers
+            // go on with their sequences.
+            if let Some((base, bytes)) = &point.producers {
+                write_synced(&dir.join(file_name(*base, SNAPSHOT_EXT)), bytes)?;
+            }
+            let log = dir.join(file_name(point.next_offset, crate::format::segment::LOG_EXT));
+            std::fs::File::create(log)?.sync_all()?;
+        }
+        let path = dir.join(LOG_START_FILE);
+        let local = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok());
+        if local.is_none_or(|l| l < point.log_start_offset) {
+            write_synced(&path, point.log_start_offset.to_string().as_bytes())?;
+        }
+        Ok(!has_segments)
+    }
+}
+
 /// The producer state to start from: the newest readable snapshot of a
 /// sealed segment or of one whose data is only in the store (a snapshot next
 /// to an unsealed log may be ahead of what recovery keeps). Returns its
@@ -706,11 +764,7 @@ fn build_key_index_in_background(dir: PathBuf, base_offset: i64) {
     let spawned = std::thread::Builder::new()
         .name("key-index".into())
         .spawn(move || {
-            if let Err(e) = crate::compaction::key_index::build_for_segment(
-                &dir,
-                base_offset,
-                crate::compaction::key_index::DEFAULT_BUILD_BUDGET,
-            ) {
+            if let Err(e) = build_for_segment(&dir, base_offset, DEFAULT_BUILD_BUDGET) {
                 tracing::warn!(dir = %dir.display(), base_offset, error = %e, "key index build failed");
             }
         });
@@ -719,33 +773,10 @@ fn build_key_index_in_background(dir: PathBuf, base_offset: i64) {
     }
 }
 
-/// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
-pub(crate) fn first_record(
-    data: &Bytes,
-    header: &BatchHeader,
-    pred: impl Fn(i64, i64) -> bool,
-) -> Result<Option<(i64, i64)>, LogError> {
-    if header.is_log_append_time() {
-        // Every record of the batch carries the batch's max timestamp.
-        let ts = header.max_timestamp;
-        return Ok((header.base_offset..=header.last_offset())
-            .find(|&o| pred(o, ts))
-            .map(|o| (o, ts)));
-    }
-    let mut buf = data.clone();
-    let set = RecordBatchDecoder::decode(&mut buf)
-        .map_err(|e| LogError::Corrupt(format!("undecodable batch: {e}")))?;
-    Ok(set
-        .records
-        .iter()
-        .find(|r| pred(r.offset, r.timestamp))
-        .map(|r| (r.offset, r.timestamp)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::tests::make_batch;
+    use crate::format::batch::tests::make_batch;
 
     fn cfg() -> AppendConfig {
         AppendConfig {
@@ -832,7 +863,7 @@ mod tests {
         assert!(!p.release_local(sealed[2].base_offset).unwrap());
         assert!(!dir
             .path()
-            .join(super::super::segment::file_name(0, "log"))
+            .join(file_name(0, crate::format::segment::LOG_EXT))
             .exists());
 
         assert_eq!(

@@ -14,13 +14,12 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::batch::BatchHeader;
+use crate::format::batch::BatchHeader;
 use super::LogError;
 
 /// Batches remembered per producer (Kafka's max.in.flight limit for idempotence).
 pub const CACHED_BATCHES: usize = 5;
 /// Extension of a sealed segment's producer snapshot.
-pub const SNAPSHOT_EXT: &str = "producers";
 const SNAPSHOT_FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! The part of a partition's log that lives elsewhere (the object store).
 //!
 //! The log layer only knows this trait: offsets below the first local
-//! segment are answered by whatever implements it (`crate::tier`), so the
+//! segment are answered by whatever implements it (the tier, a layer above), so the
 //! log itself never talks to a network or an object store API. The futures
 //! are boxed because the trait must stay object-safe (`Arc<dyn RemoteLog>`).
 

@@ -1,13 +1,8 @@
 //! One segment: a file of whole record batches, its sparse indexes and, once
-//! sealed, a small descriptor.
+//! sealed, a small descriptor (the file set is named in `format::segment`).
 //!
-//! Files of a segment with base offset B (20-digit, zero-padded like Kafka):
-//! `B.log` the batches exactly as served to consumers, `B.index` and
-//! `B.timeindex` the sparse indexes, `B.producers` the producer state as of
-//! the segment's end, and `B.meta` the descriptor written last when the
-//! segment seals. A sealed segment never changes again, so its
-//! files can be uploaded as immutable objects; the descriptor carries what a
-//! merge needs without reading the log (level, offsets, max timestamp, size).
+//! The descriptor is written last when the segment seals; a sealed segment
+//! never changes again, so its files can be uploaded as immutable objects.
 //! A segment without a descriptor is the active one, or one a crash caught
 //! while sealing; recovery validates it batch by batch.
 
@@ -17,32 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use serde::{Deserialize, Serialize};
-
-use super::batch::{self, BatchHeader, HEADER_LEN};
 use super::index::{write_synced, SegmentIndex};
-use super::producer_state::{ProducerStates, SNAPSHOT_EXT};
+use super::producer_state::ProducerStates;
 use super::LogError;
-
-pub const SEGMENT_FORMAT_VERSION: u32 = 1;
-
-/// Descriptor of a sealed segment (`B.meta`, JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentMeta {
-    pub format_version: u32,
-    /// Compaction level: 0 for a segment sealed from the head of the log.
-    pub level: u32,
-    pub base_offset: i64,
-    /// One past the last offset the segment covers.
-    pub next_offset: i64,
-    pub size: u64,
-    pub batch_count: u64,
-    pub max_timestamp: i64,
-    /// Position of the first batch holding `max_timestamp`.
-    pub max_timestamp_position: u64,
-    pub created_ms: i64,
-    pub sealed_ms: i64,
-}
+use crate::format::batch::{self, BatchHeader, HEADER_LEN};
+use crate::format::segment::{
+    file_name, SegmentMeta, INDEX_EXT, KEY_INDEX_EXT, LOG_EXT, META_EXT, SEGMENT_FORMAT_VERSION,
+    SNAPSHOT_EXT, TIME_INDEX_EXT,
+};
 
 pub struct Segment {
     base_offset: i64,
@@ -65,13 +42,10 @@ pub struct Located {
     pub header: BatchHeader,
 }
 
-pub fn file_name(base_offset: i64, ext: &str) -> String {
-    format!("{base_offset:020}.{ext}")
-}
 
 impl Segment {
     pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, LogError> {
-        let path = dir.join(file_name(base_offset, "log"));
+        let path = dir.join(file_name(base_offset, LOG_EXT));
         let file = OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -86,10 +60,10 @@ impl Segment {
     /// descriptor goes (its size must match); anything else is scanned and
     /// validated by CRC, and a torn or corrupt tail is truncated away.
     pub fn open(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, LogError> {
-        let path = dir.join(file_name(base_offset, "log"));
+        let path = dir.join(file_name(base_offset, LOG_EXT));
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         let len = file.metadata()?.len();
-        let meta: Option<SegmentMeta> = std::fs::read(dir.join(file_name(base_offset, "meta")))
+        let meta: Option<SegmentMeta> = std::fs::read(dir.join(file_name(base_offset, META_EXT)))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .filter(|m: &SegmentMeta| m.size == len && m.base_offset == base_offset);
@@ -266,7 +240,7 @@ impl Segment {
         };
         let json =
             serde_json::to_vec_pretty(&meta).map_err(|e| LogError::Corrupt(e.to_string()))?;
-        write_synced(&self.dir.join(file_name(self.base_offset, "meta")), &json)?;
+        write_synced(&self.dir.join(file_name(self.base_offset, META_EXT)), &json)?;
         sync_dir(&self.dir)?;
         self.meta = Some(meta);
         Ok(())
@@ -325,13 +299,13 @@ impl Segment {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join(file_name(self.base_offset, "log"))
+        self.dir.join(file_name(self.base_offset, LOG_EXT))
     }
 
     fn index_paths(&self) -> (PathBuf, PathBuf) {
         (
-            self.dir.join(file_name(self.base_offset, "index")),
-            self.dir.join(file_name(self.base_offset, "timeindex")),
+            self.dir.join(file_name(self.base_offset, INDEX_EXT)),
+            self.dir.join(file_name(self.base_offset, TIME_INDEX_EXT)),
         )
     }
 
@@ -339,19 +313,19 @@ impl Segment {
     pub fn delete_files(&self) -> Result<(), LogError> {
         // `keyindex` is written by compaction after sealing, when the topic is compacted.
         self.remove_files(&[
-            "meta",
+            META_EXT,
             SNAPSHOT_EXT,
-            "keyindex",
-            "index",
-            "timeindex",
-            "log",
+            KEY_INDEX_EXT,
+            INDEX_EXT,
+            TIME_INDEX_EXT,
+            LOG_EXT,
         ])
     }
 
     /// Removes the segment's files except its producer snapshot, which
     /// stays the partition's starting state once the data is only in the store.
     pub fn release_files(&self) -> Result<(), LogError> {
-        self.remove_files(&["meta", "keyindex", "index", "timeindex", "log"])
+        self.remove_files(&[META_EXT, KEY_INDEX_EXT, INDEX_EXT, TIME_INDEX_EXT, LOG_EXT])
     }
 
     fn remove_files(&self, exts: &[&str]) -> Result<(), LogError> {
@@ -451,7 +425,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::{stamp_header, tests::make_batch};
+    use crate::format::batch::{stamp_header, tests::make_batch};
     use std::io::Write;
 
     fn append_n(seg: &mut Segment, n: usize) {

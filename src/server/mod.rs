@@ -14,11 +14,16 @@ use tokio::task::JoinHandle;
 
 use crate::api::Broker;
 use crate::catalog::Catalog;
+use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::GroupCoordinator;
+use crate::manifest::store::open_from_args;
 use crate::tier::{self, Tier};
+
+/// A compaction job not done after this long is queued again.
+const REQUEUE_AFTER: Duration = Duration::from_secs(300);
 
 pub struct Server {
     local_addr: SocketAddr,
@@ -42,7 +47,7 @@ impl Server {
     ) -> anyhow::Result<Server> {
         let store = match store {
             Some(s) => s,
-            None => tier::store::open_from_args(&config.object_store, &config.data_dir)?,
+            None => open_from_args(&config.object_store, &config.data_dir)?,
         };
         // A wiped data directory is refilled from the store before the catalog reads it.
         let restored = tier::restore::restore(&store, &config.data_dir).await?;
@@ -55,14 +60,20 @@ impl Server {
         }
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
-        let (catalog, offsets) = {
+        let scheduler_settings = SchedulerSettings {
+            delete_delay_ms: config.compaction_delete_delay_ms,
+            max_run_ms: config.orphan_min_age_ms / 2,
+            requeue_after: REQUEUE_AFTER,
+        };
+        let (catalog, offsets, scheduler) = {
             let coordinator_config = coordinator_config.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 let catalog = Arc::new(Catalog::open(&data_dir)?);
                 // Before the tier opens, so that a first start's new offsets
-                // topic gets its remote part with every other partition.
+                // and jobs topics get their remote parts with every other partition.
                 let offsets = OffsetsStore::open(&catalog, &coordinator_config)?;
-                Ok((catalog, offsets))
+                let scheduler = Scheduler::open(catalog.clone(), scheduler_settings)?;
+                Ok((catalog, offsets, Arc::new(scheduler)))
             })
             .await??
         };
@@ -88,6 +99,12 @@ impl Server {
         ));
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(tier.clone().run(stop_rx.clone()));
+        tokio::spawn(schedule_compactions(
+            tier.clone(),
+            broker.catalog.clone(),
+            scheduler.clone(),
+            stop_rx.clone(),
+        ));
         if config.compaction_worker {
             let bootstrap = if local_addr.ip().is_unspecified() {
                 SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local_addr.port())
@@ -99,7 +116,12 @@ impl Server {
                 config.node_id,
                 config.data_dir.join("compaction"),
             );
-            tokio::spawn(run_compaction_worker(tier.clone(), opts, stop_rx.clone()));
+            tokio::spawn(run_compaction_worker(
+                tier.clone(),
+                scheduler.clone(),
+                opts,
+                stop_rx.clone(),
+            ));
         }
         let retention_check =
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
@@ -212,11 +234,12 @@ async fn flush_periodically(
 /// queued, so a broker that never compacts never joins the worker group.
 async fn run_compaction_worker(
     tier: Arc<Tier>,
+    scheduler: Arc<Scheduler>,
     opts: WorkerOptions,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    while !tier.scheduler.has_jobs() {
+    while !scheduler.has_jobs() {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             _ = tick.tick() => {}
@@ -227,6 +250,48 @@ async fn run_compaction_worker(
         Arc::new(move |job, manifest| adopter.adopt(job.topic_id, job.partition, manifest));
     if let Err(e) = worker::run(tier.store().clone(), opts, Some(on_merged), stop).await {
         tracing::error!(error = %e, "the compaction worker stopped");
+    }
+}
+
+/// Queues the merges each partition's compaction policy wants, against the
+/// tier's manifests: checked every tier interval, and against the latest
+/// manifest in the store only when a merge looks due or a queued job may
+/// have finished (a worker elsewhere may have changed the manifest).
+async fn schedule_compactions(
+    tier: Arc<Tier>,
+    catalog: Arc<Catalog>,
+    scheduler: Arc<Scheduler>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(tier.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        for topic in catalog.topics() {
+            for index in 0..topic.partition_count() as i32 {
+                let Some(remote) = tier.remote(topic.id(), index) else {
+                    continue;
+                };
+                if scheduler.due(&topic, index, &remote.manifest()).is_empty()
+                    && !scheduler.should_check(topic.id(), index)
+                {
+                    continue;
+                }
+                let queued = async {
+                    remote.refresh().await?;
+                    for job in scheduler.due(&topic, index, &remote.manifest()) {
+                        scheduler.queue(job)?;
+                    }
+                    anyhow::Ok(())
+                };
+                if let Err(e) = queued.await {
+                    tracing::warn!(topic = topic.name(), partition = index, error = %e, "queuing compaction jobs failed; will retry");
+                }
+            }
+        }
     }
 }
 

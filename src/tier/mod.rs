@@ -1,66 +1,189 @@
 //! Tiered storage: sealed segments become immutable objects in an object
 //! store, and the local disk keeps the active segment plus what awaits upload.
 //!
-//! Keys in the store (relative to the store URL):
-//!
-//! ```text
-//! cluster.json                                       cluster id
-//! topics/<topic>/<topic-id>/topic.json               id, partitions, config
-//! topics/<topic>/<topic-id>/<p>/manifest/<v:020>.json  manifest versions (create-only)
-//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-0.{log,index,timeindex,keyindex,producers,meta}   sealed
-//! topics/<topic>/<topic-id>/<p>/segments/<base:020>-<level>-<job>.{...}                   merged
-//! ```
-//!
-//! The log layer sees this module only as a `RemoteLog` attached to each
-//! partition; the background loop in `uploader` rolls, uploads, expires and
-//! releases segments; `restore` rebuilds an empty data directory from the store.
+//! The log sees this module only as a `RemoteLog` attached to each partition
+//! (`remote`, reading through the block `cache`). The work in the background
+//! is split by job, each owning its own state: `uploader` rolls, uploads and
+//! releases segments and judges backpressure, `retention` applies
+//! `retention.*` and DeleteRecords to manifests, `orphans` deletes objects no
+//! manifest names, `topics` keeps `topic.json` in the store and removes
+//! deleted topics. `Tier` owns them and the registry of tiered partitions
+//! they share, and runs them in turn. `restore` rebuilds an empty data
+//! directory from the store. The object layout and the manifests themselves
+//! belong to `crate::manifest`, which compaction writes too.
 
 pub mod cache;
-pub mod fault;
-pub mod manifest;
-pub mod objects;
+mod orphans;
+mod partitions;
 pub mod remote;
 pub mod restore;
-pub mod store;
-pub mod uploader;
+mod retention;
+mod topics;
+mod uploader;
 
-use object_store::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use tokio::sync::watch;
 use uuid::Uuid;
 
-pub use uploader::Tier;
+use crate::catalog::Catalog;
+use crate::config::BrokerConfig;
+use crate::manifest::{Manifest, ManifestError};
+use cache::BlockCache;
+use orphans::OrphanScan;
+pub use partitions::TierStats;
+use partitions::TieredPartitions;
+use remote::TieredPartition;
+use retention::Retention;
+use topics::TopicSync;
+use uploader::Uploader;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TierError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),
     #[error("local storage: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Log(#[from] crate::log::LogError),
-    #[error("manifest version {version} was written by another writer first")]
-    Conflict { version: u64 },
-    #[error("the manifest moved on: {0}")]
-    Superseded(String),
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
     #[error("corrupt object: {0}")]
     Corrupt(String),
-    #[error("{0}")]
-    Config(String),
     /// One failed load, reported to every reader that waited for it.
     #[error(transparent)]
-    Shared(std::sync::Arc<TierError>),
+    Shared(Arc<TierError>),
 }
 
-/// `topics/<topic>/<topic-id>`.
-pub fn topic_prefix(topic: &str, id: Uuid) -> Path {
-    Path::from_iter(["topics", topic, &id.to_string()])
+impl From<crate::format::FormatError> for TierError {
+    fn from(e: crate::format::FormatError) -> Self {
+        TierError::Log(e.into())
+    }
 }
 
-/// `topics/<topic>/<topic-id>/<partition>`.
-pub fn partition_prefix(topic: &str, id: Uuid, partition: i32) -> Path {
-    topic_prefix(topic, id).child(partition.to_string())
+impl TierError {
+    /// The object asked for is not in the store.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            TierError::Store(object_store::Error::NotFound { .. }) => true,
+            TierError::Manifest(m) => m.is_not_found(),
+            TierError::Shared(inner) => inner.is_not_found(),
+            _ => false,
+        }
+    }
 }
 
-/// Key prefix of a tiered segment's objects (extensions appended).
-pub fn segment_key(partition: &Path, base_offset: i64, level: u32) -> String {
-    format!("{partition}/segments/{base_offset:020}-{level}")
+/// The tier of one broker: the partitions it tiers and the jobs that tend them.
+pub struct Tier {
+    partitions: Arc<TieredPartitions>,
+    uploader: Uploader,
+    retention: Retention,
+    orphans: OrphanScan,
+    topics: TopicSync,
+    interval: Duration,
+}
+
+impl Tier {
+    /// Attaches every partition to its manifest (so reads of tiered offsets
+    /// work before the first client connects).
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        catalog: Arc<Catalog>,
+        config: &BrokerConfig,
+    ) -> Result<Arc<Tier>, TierError> {
+        let cache = BlockCache::new(store.clone(), config.cache_bytes);
+        let partitions = Arc::new(TieredPartitions::new(
+            store.clone(),
+            catalog.clone(),
+            cache,
+            config.node_id,
+        ));
+        // Until its manifest is loaded a partition cannot tell tiered offsets
+        // from a gap, so the broker does not start without the store.
+        partitions.attach_all().await?;
+        let topics = TopicSync::new(partitions.clone());
+        topics.put_cluster_file().await?;
+        let orphan_min_age = Duration::from_millis(config.orphan_min_age_ms);
+        Ok(Arc::new(Tier {
+            uploader: Uploader::new(partitions.clone(), config.max_pending_upload_bytes),
+            retention: Retention::new(partitions.clone()),
+            orphans: OrphanScan::new(
+                partitions.clone(),
+                orphan_min_age,
+                Duration::from_millis(config.orphan_scan_interval_ms),
+            ),
+            topics,
+            partitions,
+            interval: Duration::from_millis(config.tier_interval_ms.max(10)),
+        }))
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        self.partitions.store()
+    }
+
+    pub fn cache(&self) -> &BlockCache {
+        self.partitions.cache()
+    }
+
+    pub fn stats(&self) -> &TierStats {
+        &self.partitions.stats
+    }
+
+    /// How often the jobs run.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Runs passes until `stop` turns true.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return;
+                    }
+                }
+                _ = tick.tick() => self.pass().await,
+            }
+        }
+    }
+
+    /// One turn of every job.
+    pub async fn pass(&self) {
+        if let Err(e) = self.topics.sync().await {
+            tracing::warn!(error = %e, "syncing topic descriptions to the store failed");
+        }
+        self.uploader.pass().await;
+        self.retention.pass().await;
+        self.orphans.scan_if_due().await;
+    }
+
+    /// The remote part of a partition, once attached.
+    pub fn remote(&self, topic_id: Uuid, partition: i32) -> Option<Arc<TieredPartition>> {
+        self.partitions.remote(topic_id, partition)
+    }
+
+    /// The durable manifest of a partition, by topic name.
+    pub fn manifest_of(&self, topic: &str, partition: i32) -> Option<Arc<Manifest>> {
+        self.partitions.manifest_of(topic, partition)
+    }
+
+    /// Takes a manifest a compaction worker in this process just wrote.
+    pub fn adopt(&self, topic_id: Uuid, partition: i32, manifest: &Manifest) {
+        if let Some(remote) = self.remote(topic_id, partition) {
+            remote.adopt(manifest.clone());
+        }
+    }
+
+    /// Whether produce is being refused because uploads lag.
+    pub fn backpressure_active(&self) -> bool {
+        self.uploader.backpressure_active()
+    }
 }

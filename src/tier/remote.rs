@@ -10,11 +10,10 @@ use parking_lot::RwLock;
 use uuid::Uuid;
 
 use super::cache::BlockCache;
-use super::manifest::{Manifest, ManifestStore, TieredSegment};
 use super::TierError;
-use crate::log::batch::{self, BatchHeader, HEADER_LEN};
-use crate::log::partition::first_record;
+use crate::format::batch::{self, first_record, BatchHeader, HEADER_LEN};
 use crate::log::segment::Located;
+use crate::manifest::{Manifest, ManifestStore, TieredSegment};
 use crate::log::{LogError, RemoteFuture, RemoteLog};
 
 pub struct TieredPartition {
@@ -138,7 +137,7 @@ impl TieredPartition {
     ) -> Result<Bytes, TierError> {
         let manifest = self.manifest();
         match self.read_from(&manifest, offset, max_bytes, min_one).await {
-            Err(e) if is_not_found(&e) => {
+            Err(e) if e.is_not_found() => {
                 // A compaction elsewhere replaced the segment and its grace
                 // period is over: read through the newer manifest.
                 if !self.refresh().await? {
@@ -225,14 +224,6 @@ impl TieredPartition {
             .await?;
         let max_ts = seg.max_timestamp;
         Ok(first_record(&data, &loc.header, |_, ts| ts == max_ts)?)
-    }
-}
-
-fn is_not_found(e: &TierError) -> bool {
-    match e {
-        TierError::Store(object_store::Error::NotFound { .. }) => true,
-        TierError::Shared(inner) => is_not_found(inner),
-        _ => false,
     }
 }
 

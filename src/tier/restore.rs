@@ -1,16 +1,15 @@
 //! Rebuilding a lost data directory from the store, before the catalog opens.
 //!
-//! If the data directory is new (no `cluster.json`), write the `topic.json`
-//! of every topic in the store (same id, partitions and configs). A data
-//! directory that was in use keeps its own topic list: a topic missing there
-//! was deleted, and its leftovers in the store must not bring it back. Then,
-//! for every partition with a
-//! manifest but no local segment, fetch the newest tiered segment's producer
-//! snapshot, create an empty active segment at the manifest's end offset and
-//! record the manifest's log start offset. The
-//! catalog then opens as usual and the tier serves everything below the
-//! active segment from the store. Pure file preparation keeps the catalog
-//! and the log unaware of restores.
+//! If the data directory is new (no cluster id yet), describe every topic in
+//! the store locally (same id, partitions and configs). A data directory that
+//! was in use keeps its own topic list: a topic missing there was deleted,
+//! and its leftovers in the store must not bring it back. Then every
+//! partition with a manifest but no local segment continues at the
+//! manifest's end offset, with the newest tiered producer snapshot and the
+//! manifest's log start offset. The catalog then opens as usual and the tier
+//! serves everything below the active segment from the store. The files are
+//! the catalog's (`Seed`) and the log's (`Partition::prepare_restore`) to
+//! write; this module only says what they hold.
 
 use std::path::Path as FsPath;
 use std::sync::Arc;
@@ -18,12 +17,12 @@ use std::sync::Arc;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use super::manifest::ManifestStore;
-use super::{partition_prefix, TierError};
-use crate::catalog::TopicFile;
-use crate::log::index::write_synced;
-use crate::log::producer_state::SNAPSHOT_EXT;
-use crate::log::segment::file_name;
+use super::TierError;
+use crate::catalog::{ClusterFile, Seed, TopicFile};
+use crate::format::segment::SNAPSHOT_EXT;
+use crate::log::{Partition, RestorePoint};
+use crate::manifest::objects::newest_topic_file;
+use crate::manifest::{manifest_dir, partition_prefix, ManifestStore, CLUSTER_FILE};
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Restored {
@@ -31,41 +30,20 @@ pub struct Restored {
     pub partitions: usize,
 }
 
-/// The topic description under `topics/<name>/`: one id per name normally;
-/// leftovers of a deleted incarnation lose to the newest `topic.json`.
-pub async fn newest_topic_file(
-    store: &Arc<dyn ObjectStore>,
-    name_prefix: &Path,
-) -> Result<Option<TopicFile>, TierError> {
-    let ids = store.list_with_delimiter(Some(name_prefix)).await?;
-    let mut best: Option<(i64, TopicFile)> = None;
-    for id_prefix in ids.common_prefixes {
-        let r = match store.get(&id_prefix.child("topic.json")).await {
-            Ok(r) => r,
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let stamp = r.meta.last_modified.timestamp_millis();
-        let file: TopicFile = serde_json::from_slice(&r.bytes().await?)
-            .map_err(|e| TierError::Corrupt(format!("{id_prefix}/topic.json: {e}")))?;
-        if best.as_ref().is_none_or(|(s, _)| stamp > *s) {
-            best = Some((stamp, file));
-        }
-    }
-    Ok(best.map(|(_, f)| f))
-}
-
 pub async fn restore(
     store: &Arc<dyn ObjectStore>,
     data_dir: &FsPath,
 ) -> Result<Restored, TierError> {
     let mut restored = Restored::default();
-    std::fs::create_dir_all(data_dir.join("topics"))?;
-    let cluster = data_dir.join("cluster.json");
-    let fresh = !cluster.exists();
+    let seed = Seed::new(data_dir)?;
+    let fresh = seed.is_new();
     if fresh {
-        match store.get(&Path::from("cluster.json")).await {
-            Ok(r) => write_synced(&cluster, &r.bytes().await?)?,
+        match store.get(&Path::from(CLUSTER_FILE)).await {
+            Ok(r) => {
+                let file: ClusterFile = serde_json::from_slice(&r.bytes().await?)
+                    .map_err(|e| TierError::Corrupt(format!("{CLUSTER_FILE}: {e}")))?;
+                seed.set_cluster_id(&file.cluster_id)?;
+            }
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -77,14 +55,10 @@ pub async fn restore(
         let Some(name) = name_prefix.filename().map(str::to_string) else {
             continue;
         };
-        let Some(file) = newest_topic_file(store, &name_prefix).await? else {
+        let Some(file) = newest_topic_file::<TopicFile>(store, &name_prefix).await? else {
             continue;
         };
-        let dir = data_dir.join("topics").join(&name);
-        let local = std::fs::read(dir.join("topic.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<TopicFile>(&b).ok());
-        match local {
+        match seed.topic(&name) {
             Some(l) if l.id != file.id => {
                 tracing::warn!(topic = name, local = %l.id, store = %file.id, "local topic differs from the store's; keeping the local one");
                 continue;
@@ -98,9 +72,7 @@ pub async fn restore(
                 continue;
             }
             None => {
-                std::fs::create_dir_all(&dir)?;
-                let json = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-                write_synced(&dir.join("topic.json"), &json)?;
+                seed.add_topic(&name, &file)?;
                 restored.topics += 1;
                 tracing::info!(
                     topic = name,
@@ -112,40 +84,27 @@ pub async fn restore(
         for p in 0..file.partitions as i32 {
             let manifests = ManifestStore::new(
                 store.clone(),
-                partition_prefix(&name, file.id, p).child("manifest"),
+                manifest_dir(&partition_prefix(&name, file.id, p)),
             );
             let Some(m) = manifests.load_latest().await? else {
                 continue;
             };
-            let pdir = dir.join(p.to_string());
-            std::fs::create_dir_all(&pdir)?;
-            let has_segments = std::fs::read_dir(&pdir)?
-                .filter_map(|e| e.ok())
-                .any(|e| e.file_name().to_string_lossy().ends_with(".log"));
-            if !has_segments {
-                // Before the log, which marks the partition as restored: the
-                // producer state as of the tiered end, so that idempotent
-                // producers go on with their sequences.
-                if let Some(last) = m.segments.last() {
-                    match store.get(&last.object(SNAPSHOT_EXT)).await {
-                        Ok(r) => write_synced(
-                            &pdir.join(file_name(last.base_offset, SNAPSHOT_EXT)),
-                            &r.bytes().await?,
-                        )?,
-                        Err(object_store::Error::NotFound { .. }) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                let base = m.end_offset().unwrap_or(0).max(m.log_start_offset);
-                std::fs::File::create(pdir.join(file_name(base, "log")))?.sync_all()?;
+            let dir = seed.partition_dir(&name, p);
+            let producers = match m.segments.last() {
+                Some(last) if !Partition::has_segments(&dir) => match store.get(&last.object(SNAPSHOT_EXT)).await {
+                    Ok(r) => Some((last.base_offset, r.bytes().await?)),
+                    Err(object_store::Error::NotFound { .. }) => None,
+                    Err(e) => return Err(e.into()),
+                },
+                _ => None,
+            };
+            let point = RestorePoint {
+                next_offset: m.end_offset().unwrap_or(0).max(m.log_start_offset),
+                log_start_offset: m.log_start_offset,
+                producers,
+            };
+            if Partition::prepare_restore(&dir, &point)? {
                 restored.partitions += 1;
-            }
-            let lso_path = pdir.join("log-start-offset");
-            let local_lso = std::fs::read_to_string(&lso_path)
-                .ok()
-                .and_then(|s| s.trim().parse::<i64>().ok());
-            if local_lso.is_none_or(|l| l < m.log_start_offset) {
-                write_synced(&lso_path, m.log_start_offset.to_string().as_bytes())?;
             }
         }
     }
@@ -156,8 +115,7 @@ pub async fn restore(
 mod tests {
     use super::*;
     use crate::catalog::{Catalog, TopicConfig};
-    use crate::tier::manifest::{Manifest, TieredSegment, WriterEpoch};
-    use crate::tier::topic_prefix;
+    use crate::manifest::{topic_prefix, Manifest, TieredSegment, WriterEpoch};
     use bytes::Bytes;
     use object_store::memory::InMemory;
     use uuid::Uuid;
@@ -210,7 +168,7 @@ mod tests {
         });
         ManifestStore::new(
             store.clone(),
-            partition_prefix("t", file.id, 0).child("manifest"),
+            manifest_dir(&partition_prefix("t", file.id, 0)),
         )
         .create(&m)
         .await

@@ -208,7 +208,7 @@ pub fn batch(values: &[&[u8]], producer_id: i64, epoch: i16, first_sequence: i32
         })
         .collect();
     let producer = (producer_id >= 0).then_some((producer_id, epoch, first_sequence));
-    strata::log::batch::encode_batch(
+    strata::format::batch::encode_batch(
         records,
         producer,
         kafka_protocol::records::Compression::None,

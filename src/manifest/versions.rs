@@ -14,8 +14,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use super::TierError;
-use crate::log::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
+use super::ManifestError;
+use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
 pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// Older versions kept after a write, for readers that listed just before it.
@@ -161,7 +161,7 @@ impl ManifestStore {
     }
 
     /// Versions present, ascending.
-    async fn versions(&self) -> Result<Vec<u64>, TierError> {
+    async fn versions(&self) -> Result<Vec<u64>, ManifestError> {
         let metas: Vec<_> = self.store.list(Some(&self.dir)).try_collect().await?;
         let mut v: Vec<u64> = metas
             .iter()
@@ -172,7 +172,7 @@ impl ManifestStore {
     }
 
     /// The highest version, or `None` when the partition was never tiered.
-    pub async fn load_latest(&self) -> Result<Option<Manifest>, TierError> {
+    pub async fn load_latest(&self) -> Result<Option<Manifest>, ManifestError> {
         // A version can vanish between list and get (pruned by a newer
         // writer); list again then.
         for _ in 0..5 {
@@ -183,22 +183,22 @@ impl ManifestStore {
                 Ok(r) => {
                     let bytes = r.bytes().await?;
                     let m: Manifest = serde_json::from_slice(&bytes)
-                        .map_err(|e| TierError::Corrupt(format!("manifest {latest}: {e}")))?;
+                        .map_err(|e| ManifestError::Corrupt(format!("manifest {latest}: {e}")))?;
                     return Ok(Some(m));
                 }
                 Err(object_store::Error::NotFound { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(TierError::Corrupt(
+        Err(ManifestError::Corrupt(
             "manifest versions keep disappearing".into(),
         ))
     }
 
-    /// Writes `m` as a new version; `TierError::Conflict` if that version
+    /// Writes `m` as a new version; `ManifestError::Conflict` if that version
     /// already exists (another writer won).
-    pub async fn create(&self, m: &Manifest) -> Result<(), TierError> {
-        let json = serde_json::to_vec_pretty(m).map_err(|e| TierError::Corrupt(e.to_string()))?;
+    pub async fn create(&self, m: &Manifest) -> Result<(), ManifestError> {
+        let json = serde_json::to_vec_pretty(m).map_err(|e| ManifestError::Corrupt(e.to_string()))?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -215,7 +215,7 @@ impl ManifestStore {
             Ok(_) => Ok(()),
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => {
-                Err(TierError::Conflict { version: m.version })
+                Err(ManifestError::Conflict { version: m.version })
             }
             Err(e) => Err(e.into()),
         }
@@ -231,8 +231,8 @@ impl ManifestStore {
         &self,
         base: &Manifest,
         writer: &WriterEpoch,
-        mut edit: impl FnMut(&mut Manifest) -> Result<(), TierError>,
-    ) -> Result<Manifest, TierError> {
+        mut edit: impl FnMut(&mut Manifest) -> Result<(), ManifestError>,
+    ) -> Result<Manifest, ManifestError> {
         let mut base = base.clone();
         for _ in 0..MAX_COMMIT_ATTEMPTS {
             let mut next = base.next(writer, |_| {});
@@ -244,23 +244,23 @@ impl ManifestStore {
                     }
                     return Ok(next);
                 }
-                Err(TierError::Conflict { version }) => {
+                Err(ManifestError::Conflict { version }) => {
                     base = self
                         .load_latest()
                         .await?
-                        .ok_or(TierError::Conflict { version })?;
+                        .ok_or(ManifestError::Conflict { version })?;
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(TierError::Conflict {
+        Err(ManifestError::Conflict {
             version: base.version + 1,
         })
     }
 
     /// Deletes versions older than the last few below `current`. Best effort:
     /// a leftover old version is harmless, readers take the highest.
-    pub async fn prune(&self, current: u64) -> Result<(), TierError> {
+    pub async fn prune(&self, current: u64) -> Result<(), ManifestError> {
         for v in self.versions().await? {
             if v + KEEP_OLD_VERSIONS < current {
                 match self.store.delete(&version_key(&self.dir, v)).await {
@@ -276,7 +276,7 @@ impl ManifestStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::store::{open, S3Options};
+    use crate::manifest::store::{open, S3Options};
 
     fn segment(base: i64, next: i64) -> TieredSegment {
         TieredSegment {
@@ -310,7 +310,7 @@ mod tests {
             "exactly one writer must win: {ra:?} {rb:?}"
         );
         let loser = if ra.is_ok() { rb } else { ra };
-        assert!(matches!(loser, Err(TierError::Conflict { version: 2 })));
+        assert!(matches!(loser, Err(ManifestError::Conflict { version: 2 })));
         let latest = a.load_latest().await.unwrap().unwrap();
         assert_eq!(latest.version, 2);
         assert!(latest == next_a || latest == next_b);
@@ -329,7 +329,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_writers_file() {
         let dir = tempfile::tempdir().unwrap();
-        let url = crate::tier::store::default_url(dir.path());
+        let url = crate::manifest::store::default_url(dir.path());
         let store = open(&url, &S3Options::default()).unwrap();
         exactly_one_of_two_writers_wins(store).await;
     }

@@ -6,22 +6,31 @@
 //! LogAppendTime topics, the max timestamp). Everything after the header is
 //! stored and served exactly as the producer sent it, whatever its codec.
 
+use std::io::Read;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType,
 };
 
-use super::LogError;
+use super::FormatError;
 
 /// Size of the record batch header up to and including `recordCount`.
 pub const HEADER_LEN: usize = 61;
 /// Bytes before `batchLength` counts: baseOffset (8) + batchLength (4).
 pub const LOG_OVERHEAD: usize = 12;
 
+/// Where the header fields that brokers rewrite sit in a batch.
+pub const BATCH_LENGTH_OFFSET: usize = 8;
 const LEADER_EPOCH_OFFSET: usize = 12;
-const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
-const MAX_TIMESTAMP_OFFSET: usize = 35;
+pub const CRC_OFFSET: usize = 17;
+pub const ATTRIBUTES_OFFSET: usize = 21;
+pub const BASE_TIMESTAMP_OFFSET: usize = 27;
+pub const MAX_TIMESTAMP_OFFSET: usize = 35;
+pub const RECORD_COUNT_OFFSET: usize = 57;
+/// The codec bits of a batch's attributes.
+pub const CODEC_MASK: i16 = 0x7;
 
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const TRANSACTIONAL_BIT: i16 = 1 << 4;
@@ -48,7 +57,7 @@ pub struct BatchHeader {
 impl BatchHeader {
     /// Parses the header at the start of `buf`. Returns `None` when `buf` is
     /// shorter than a header; checks only what the header itself can tell.
-    pub fn parse(buf: &[u8]) -> Result<Option<BatchHeader>, LogError> {
+    pub fn parse(buf: &[u8]) -> Result<Option<BatchHeader>, FormatError> {
         if buf.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -67,10 +76,10 @@ impl BatchHeader {
         let base_sequence = b.get_i32();
         let record_count = b.get_i32();
         if magic != 2 {
-            return Err(LogError::UnsupportedMagic(magic));
+            return Err(FormatError::UnsupportedMagic(magic));
         }
         if batch_length < (HEADER_LEN - LOG_OVERHEAD) as i32 {
-            return Err(LogError::Corrupt(format!(
+            return Err(FormatError::Corrupt(format!(
                 "batch length {batch_length} is shorter than a header"
             )));
         }
@@ -127,27 +136,27 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 
 /// Validates one whole batch as received from a producer: structure, CRC and
 /// the invariants a freshly produced batch must satisfy.
-pub fn validate_produced(batch: &[u8]) -> Result<BatchHeader, LogError> {
+pub fn validate_produced(batch: &[u8]) -> Result<BatchHeader, FormatError> {
     let header = BatchHeader::parse(batch)?
-        .ok_or_else(|| LogError::Corrupt("truncated batch header".into()))?;
+        .ok_or_else(|| FormatError::Corrupt("truncated batch header".into()))?;
     if header.size != batch.len() {
-        return Err(LogError::Corrupt(format!(
+        return Err(FormatError::Corrupt(format!(
             "batch length field says {} bytes but {} were sent",
             header.size,
             batch.len()
         )));
     }
     if compute_crc(batch) != header.crc {
-        return Err(LogError::Corrupt("record batch CRC mismatch".into()));
+        return Err(FormatError::Corrupt("record batch CRC mismatch".into()));
     }
     if header.record_count <= 0 || header.last_offset_delta != header.record_count - 1 {
-        return Err(LogError::InvalidRecord(format!(
+        return Err(FormatError::InvalidRecord(format!(
             "batch has {} records but last offset delta {}",
             header.record_count, header.last_offset_delta
         )));
     }
     if header.is_control() {
-        return Err(LogError::InvalidRecord(
+        return Err(FormatError::InvalidRecord(
             "producers may not write control batches".into(),
         ));
     }
@@ -207,7 +216,7 @@ pub fn encode_batch(
     records: Vec<NewRecord>,
     producer: Option<(i64, i16, i32)>,
     compression: Compression,
-) -> Result<Bytes, LogError> {
+) -> Result<Bytes, FormatError> {
     let (producer_id, producer_epoch, first_sequence) = producer.unwrap_or((-1, -1, -1));
     let records: Vec<Record> = records
         .into_iter()
@@ -235,8 +244,102 @@ pub fn encode_batch(
         compression,
     };
     RecordBatchEncoder::encode(&mut buf, &records, &options)
-        .map_err(|e| LogError::Corrupt(e.to_string()))?;
+        .map_err(|e| FormatError::Corrupt(e.to_string()))?;
     Ok(buf.freeze())
+}
+
+/// Decodes one batch and returns the first record matching `pred(offset, timestamp)`.
+pub fn first_record(
+    data: &Bytes,
+    header: &BatchHeader,
+    pred: impl Fn(i64, i64) -> bool,
+) -> Result<Option<(i64, i64)>, FormatError> {
+    if header.is_log_append_time() {
+        // Every record of the batch carries the batch's max timestamp.
+        let ts = header.max_timestamp;
+        return Ok((header.base_offset..=header.last_offset())
+            .find(|&o| pred(o, ts))
+            .map(|o| (o, ts)));
+    }
+    let mut buf = data.clone();
+    let set = RecordBatchDecoder::decode(&mut buf)
+        .map_err(|e| FormatError::Corrupt(format!("undecodable batch: {e}")))?;
+    Ok(set
+        .records
+        .iter()
+        .find(|r| pred(r.offset, r.timestamp))
+        .map(|r| (r.offset, r.timestamp)))
+}
+
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// Whole batches, one at a time, from a sequential byte stream. Memory is one
+/// buffer, grown only for a batch larger than it.
+pub struct BatchStream<R: Read> {
+    input: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    /// Bytes handed out so far (the position of the next batch).
+    position: u64,
+}
+
+impl<R: Read> BatchStream<R> {
+    pub fn new(input: R) -> BatchStream<R> {
+        BatchStream {
+            input,
+            buf: vec![0; STREAM_BUFFER],
+            start: 0,
+            end: 0,
+            eof: false,
+            position: 0,
+        }
+    }
+
+    fn fill(&mut self, n: usize) -> Result<bool, FormatError> {
+        while self.end - self.start < n && !self.eof {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.buf.len() < n {
+                self.buf.resize(n, 0);
+            }
+            let got = self.input.read(&mut self.buf[self.end..])?;
+            if got == 0 {
+                self.eof = true;
+            }
+            self.end += got;
+        }
+        Ok(self.end - self.start >= n)
+    }
+
+    /// The next batch's header and bytes; `None` at a clean end of stream.
+    pub fn next_batch(&mut self) -> Result<Option<(BatchHeader, &[u8])>, FormatError> {
+        if !self.fill(HEADER_LEN)? {
+            if self.end == self.start {
+                return Ok(None);
+            }
+            return Err(FormatError::Corrupt(format!(
+                "torn header at position {}",
+                self.position
+            )));
+        }
+        let header = BatchHeader::parse(&self.buf[self.start..self.end])?
+            .expect("a whole header is buffered");
+        if !self.fill(header.size)? {
+            return Err(FormatError::Corrupt(format!(
+                "torn batch at offset {} (position {})",
+                header.base_offset, self.position
+            )));
+        }
+        let at = self.start;
+        self.start += header.size;
+        self.position += header.size as u64;
+        Ok(Some((header, &self.buf[at..at + header.size])))
+    }
 }
 
 #[cfg(test)]
@@ -293,7 +396,7 @@ pub(crate) mod tests {
         let mut b = make_batch(1, -1, -1, -1, 0);
         let last = b.len() - 1;
         b[last] ^= 0xff;
-        assert!(matches!(validate_produced(&b), Err(LogError::Corrupt(_))));
+        assert!(matches!(validate_produced(&b), Err(FormatError::Corrupt(_))));
     }
 
     #[test]

@@ -8,11 +8,8 @@
 //! a streaming merge sort whose memory is N read buffers, and the same merge
 //! writes the output segment's key index as a by-product, already sorted.
 //!
-//! Building the index decodes (and decompresses) every batch of the segment,
-//! which is why it happens after sealing and never on the produce or fetch
-//! path. A segment may hold more distinct keys than fit the memory budget, so
-//! the builder sorts in runs: when its buffer fills it sorts, de-duplicates
-//! and spills the buffer to a temporary file, and at the end merges the runs.
+//! The builder, which reads a segment's batches, lives with the log
+//! (`log::key_index`); this module only encodes and decodes the bytes.
 //!
 //! File format (`<base>.keyindex`, big-endian):
 //!
@@ -33,21 +30,13 @@
 //! it learns which batch that is here without a pass over the sources.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::collections::BinaryHeap;
+use std::io::{Read, Write};
 
 use bytes::{Buf, BufMut};
-use kafka_protocol::records::RecordBatchDecoder;
 
-use super::io::BatchStream;
-use super::records::key_hash;
-use super::CompactionError;
-use crate::log::batch::BatchHeader;
-use crate::log::segment::{file_name, sync_dir};
+use super::FormatError;
 
-pub const KEY_INDEX_EXT: &str = "keyindex";
 const MAGIC: &[u8; 4] = b"SKIX";
 const VERSION: u16 = 1;
 const HEADER_LEN: usize = 24;
@@ -56,9 +45,6 @@ pub const ENTRY_LEN: usize = 37;
 const FOOTER_LEN: usize = 12;
 const FLAG_TOMBSTONE: u8 = 1;
 
-/// Entries held in memory while building before a run is spilled: about
-/// 48 bytes each, so 12 MiB.
-pub const DEFAULT_BUILD_BUDGET: usize = 256 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyEntry {
@@ -113,7 +99,7 @@ impl<W: Write> KeyIndexWriter<W> {
         mut out: W,
         base_offset: i64,
         producers: &[ProducerLast],
-    ) -> Result<Self, CompactionError> {
+    ) -> Result<Self, FormatError> {
         let mut head = Vec::with_capacity(HEADER_LEN + producers.len() * PRODUCER_LEN);
         head.extend_from_slice(MAGIC);
         head.put_u16(VERSION);
@@ -135,14 +121,14 @@ impl<W: Write> KeyIndexWriter<W> {
         })
     }
 
-    pub fn push(&mut self, e: &KeyEntry) -> Result<(), CompactionError> {
+    pub fn push(&mut self, e: &KeyEntry) -> Result<(), FormatError> {
         if self.last_hash.is_some_and(|h| h >= e.hash) {
-            return Err(CompactionError::CorruptIndex(
+            return Err(FormatError::CorruptIndex(
                 "entries must be pushed in increasing hash order".into(),
             ));
         }
         let rel = u32::try_from(e.offset - self.base_offset).map_err(|_| {
-            CompactionError::CorruptIndex(format!(
+            FormatError::CorruptIndex(format!(
                 "offset {} is outside the segment based at {}",
                 e.offset, self.base_offset
             ))
@@ -161,7 +147,7 @@ impl<W: Write> KeyIndexWriter<W> {
         Ok(())
     }
 
-    pub fn finish(mut self) -> Result<W, CompactionError> {
+    pub fn finish(mut self) -> Result<W, FormatError> {
         let mut f = [0u8; FOOTER_LEN];
         let mut w = &mut f[..8];
         w.put_u64(self.count);
@@ -191,7 +177,7 @@ pub struct KeyIndexReader<R: Read> {
 const READ_CHUNK: usize = 64 * 1024;
 
 impl<R: Read> KeyIndexReader<R> {
-    pub fn new(input: R) -> Result<Self, CompactionError> {
+    pub fn new(input: R) -> Result<Self, FormatError> {
         let mut r = KeyIndexReader {
             input,
             buf: vec![0; READ_CHUNK],
@@ -205,18 +191,18 @@ impl<R: Read> KeyIndexReader<R> {
             count: 0,
         };
         if !r.fill(HEADER_LEN)? {
-            return Err(CompactionError::CorruptIndex(
+            return Err(FormatError::CorruptIndex(
                 "shorter than a header".into(),
             ));
         }
         let head = r.take(HEADER_LEN);
         if &head[..4] != MAGIC {
-            return Err(CompactionError::CorruptIndex("bad magic".into()));
+            return Err(FormatError::CorruptIndex("bad magic".into()));
         }
         let mut h = &head[4..];
         let version = h.get_u16();
         if version != VERSION {
-            return Err(CompactionError::CorruptIndex(format!(
+            return Err(FormatError::CorruptIndex(format!(
                 "unsupported version {version}"
             )));
         }
@@ -226,7 +212,7 @@ impl<R: Read> KeyIndexReader<R> {
         r.crc = crc32c::crc32c(&head);
         for _ in 0..producers {
             if !r.fill(PRODUCER_LEN)? {
-                return Err(CompactionError::CorruptIndex("truncated producers".into()));
+                return Err(FormatError::CorruptIndex("truncated producers".into()));
             }
             let p = r.take(PRODUCER_LEN);
             r.crc = crc32c::crc32c_append(r.crc, &p);
@@ -240,7 +226,7 @@ impl<R: Read> KeyIndexReader<R> {
     }
 
     /// Makes at least `n` unread bytes available; false at end of input.
-    fn fill(&mut self, n: usize) -> Result<bool, CompactionError> {
+    fn fill(&mut self, n: usize) -> Result<bool, FormatError> {
         while self.end - self.start < n && !self.eof {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
@@ -273,7 +259,7 @@ impl<R: Read> KeyIndexReader<R> {
         &self.producers
     }
 
-    pub fn next_entry(&mut self) -> Result<Option<KeyEntry>, CompactionError> {
+    pub fn next_entry(&mut self) -> Result<Option<KeyEntry>, FormatError> {
         if self.done {
             return Ok(None);
         }
@@ -281,7 +267,7 @@ impl<R: Read> KeyIndexReader<R> {
         if !self.fill(ENTRY_LEN + FOOTER_LEN)? {
             let left = self.end - self.start;
             if left != FOOTER_LEN {
-                return Err(CompactionError::CorruptIndex(format!(
+                return Err(FormatError::CorruptIndex(format!(
                     "{left} trailing bytes are neither an entry nor a footer"
                 )));
             }
@@ -289,7 +275,7 @@ impl<R: Read> KeyIndexReader<R> {
             let count = (&f[..8]).get_u64();
             let crc = crc32c::crc32c_append(self.crc, &f[..8]);
             if count != self.count || crc != (&f[8..]).get_u32() {
-                return Err(CompactionError::CorruptIndex(
+                return Err(FormatError::CorruptIndex(
                     "footer count or CRC does not match".into(),
                 ));
             }
@@ -316,7 +302,7 @@ impl<R: Read> KeyIndexReader<R> {
     }
 
     /// Reads every remaining entry (tests and small indexes only).
-    pub fn read_all(&mut self) -> Result<Vec<KeyEntry>, CompactionError> {
+    pub fn read_all(&mut self) -> Result<Vec<KeyEntry>, FormatError> {
         let mut v = Vec::new();
         while let Some(e) = self.next_entry()? {
             v.push(e);
@@ -326,7 +312,7 @@ impl<R: Read> KeyIndexReader<R> {
 }
 
 /// Sorts by (hash, offset) and folds each key's entries into one.
-fn sort_dedup(entries: &mut Vec<KeyEntry>) {
+pub fn sort_dedup(entries: &mut Vec<KeyEntry>) {
     entries.sort_unstable_by_key(|e| (e.hash, e.offset));
     entries.dedup_by(|later, kept| {
         if later.hash == kept.hash {
@@ -338,132 +324,12 @@ fn sort_dedup(entries: &mut Vec<KeyEntry>) {
     });
 }
 
-/// A spilled, sorted run; its file goes away with it.
-struct Run {
-    path: PathBuf,
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Builds a key index from the records of one segment within a memory budget.
-pub struct KeyIndexBuilder {
-    base_offset: i64,
-    budget: usize,
-    spill_dir: PathBuf,
-    entries: Vec<KeyEntry>,
-    runs: Vec<Run>,
-    producers: BTreeMap<i64, i64>,
-}
-
-impl KeyIndexBuilder {
-    /// `budget` entries are kept in memory; beyond that, sorted runs are
-    /// spilled to temporary files in `spill_dir`.
-    pub fn new(base_offset: i64, budget: usize, spill_dir: &Path) -> KeyIndexBuilder {
-        KeyIndexBuilder {
-            base_offset,
-            budget: budget.max(1),
-            spill_dir: spill_dir.to_path_buf(),
-            entries: Vec::new(),
-            runs: Vec::new(),
-            producers: BTreeMap::new(),
-        }
-    }
-
-    /// Notes a batch (in offset order) for the producer section.
-    pub fn add_batch(&mut self, header: &BatchHeader) {
-        if header.has_producer_id() {
-            self.producers
-                .insert(header.producer_id, header.base_offset);
-        }
-    }
-
-    pub fn add_record(
-        &mut self,
-        key: &[u8],
-        offset: i64,
-        timestamp: i64,
-        tombstone: bool,
-    ) -> Result<(), CompactionError> {
-        self.entries.push(KeyEntry {
-            hash: key_hash(key),
-            offset,
-            timestamp,
-            max_version_timestamp: timestamp,
-            tombstone,
-        });
-        if self.entries.len() >= self.budget {
-            self.spill()?;
-        }
-        Ok(())
-    }
-
-    fn spill(&mut self) -> Result<(), CompactionError> {
-        sort_dedup(&mut self.entries);
-        let path = self.spill_dir.join(format!(
-            ".{}-run-{}.tmp",
-            file_name(self.base_offset, KEY_INDEX_EXT),
-            uuid::Uuid::new_v4().simple()
-        ));
-        let run = Run { path };
-        let mut w = KeyIndexWriter::new(
-            BufWriter::new(File::create(&run.path)?),
-            self.base_offset,
-            &[],
-        )?;
-        for e in &self.entries {
-            w.push(e)?;
-        }
-        w.finish()?;
-        self.runs.push(run);
-        self.entries.clear();
-        Ok(())
-    }
-
-    /// Number of runs spilled so far.
-    pub fn spilled_runs(&self) -> usize {
-        self.runs.len()
-    }
-
-    /// Writes the finished index to `out`.
-    pub fn finish<W: Write>(mut self, out: W) -> Result<W, CompactionError> {
-        let producers: Vec<ProducerLast> = self
-            .producers
-            .iter()
-            .map(|(&producer_id, &batch_base_offset)| ProducerLast {
-                producer_id,
-                batch_base_offset,
-            })
-            .collect();
-        let mut w = KeyIndexWriter::new(out, self.base_offset, &producers)?;
-        if self.runs.is_empty() {
-            sort_dedup(&mut self.entries);
-            for e in &self.entries {
-                w.push(e)?;
-            }
-            return w.finish();
-        }
-        if !self.entries.is_empty() {
-            self.spill()?;
-        }
-        let mut readers = Vec::with_capacity(self.runs.len());
-        for run in &self.runs {
-            readers.push(KeyIndexReader::new(BufReader::new(File::open(&run.path)?))?);
-        }
-        merge_sorted(&mut readers, |group| w.push(&group))?;
-        w.finish()
-    }
-}
-
 /// K-way merge of sorted key index streams: calls `f` once per key with the
 /// key's entries folded together. Memory: one entry per stream.
-pub fn merge_sorted<R: Read>(
+pub fn merge_sorted<R: Read, E: From<FormatError>>(
     readers: &mut [KeyIndexReader<R>],
-    mut f: impl FnMut(KeyEntry) -> Result<(), CompactionError>,
-) -> Result<(), CompactionError> {
+    mut f: impl FnMut(KeyEntry) -> Result<(), E>,
+) -> Result<(), E> {
     let mut heads: Vec<Option<KeyEntry>> = Vec::with_capacity(readers.len());
     let mut heap = BinaryHeap::new();
     for (i, r) in readers.iter_mut().enumerate() {
@@ -495,162 +361,78 @@ pub fn merge_sorted<R: Read>(
     Ok(())
 }
 
-/// Builds the key index of a sealed local segment from its batches and
-/// writes it next to the segment (temporary file, fsync, rename), so a
-/// reader never sees half an index. Returns the index path.
-pub fn build_for_segment(
-    dir: &Path,
-    base_offset: i64,
-    budget: usize,
-) -> Result<PathBuf, CompactionError> {
-    let log = File::open(dir.join(file_name(base_offset, "log")))?;
-    let mut builder = KeyIndexBuilder::new(base_offset, budget, dir);
-    let mut stream = BatchStream::new(log);
-    while let Some((header, bytes)) = stream.next_batch()? {
-        add_batch_records(&mut builder, &header, bytes)?;
-    }
-    let path = dir.join(file_name(base_offset, KEY_INDEX_EXT));
-    // A unique temporary name: the background build after sealing and a
-    // merge that finds the index missing may race, and each must rename a
-    // whole file of its own.
-    let tmp = dir.join(format!(
-        "{}.{}.tmp",
-        file_name(base_offset, KEY_INDEX_EXT),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let out = builder.finish(BufWriter::new(File::create(&tmp)?))?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    sync_dir(dir)?;
-    Ok(path)
-}
-
-/// Decodes one batch and adds its keyed records to `builder`.
-pub fn add_batch_records(
-    builder: &mut KeyIndexBuilder,
-    header: &BatchHeader,
-    bytes: &[u8],
-) -> Result<(), CompactionError> {
-    builder.add_batch(header);
-    // Control records carry no user key; the merge copies them untouched.
-    if header.is_control() || header.record_count == 0 {
-        return Ok(());
-    }
-    let mut buf = bytes;
-    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| CompactionError::CorruptBatch {
-        offset: header.base_offset,
-        reason: e.to_string(),
-    })?;
-    for r in &set.records {
-        let Some(key) = &r.key else { continue };
-        let ts = if header.is_log_append_time() {
-            header.max_timestamp
-        } else {
-            r.timestamp
-        };
-        builder.add_record(key, r.offset, ts, r.value.is_none())?;
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entries_for(keys: &[(u32, i64, bool)]) -> Vec<(u128, i64, bool)> {
-        let mut m: BTreeMap<u128, (i64, bool)> = BTreeMap::new();
-        for &(k, off, tomb) in keys {
-            m.insert(key_hash(&k.to_be_bytes()), (off, tomb));
+    fn entry(hash: u128, offset: i64) -> KeyEntry {
+        KeyEntry {
+            hash,
+            offset,
+            timestamp: offset * 10,
+            max_version_timestamp: offset * 10,
+            tombstone: offset % 3 == 0,
         }
-        m.into_iter().map(|(h, (o, t))| (h, o, t)).collect()
     }
 
-    fn build(keys: &[(u32, i64, bool)], budget: usize) -> (Vec<KeyEntry>, usize) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut b = KeyIndexBuilder::new(100, budget, dir.path());
-        for &(k, off, tomb) in keys {
-            b.add_record(&k.to_be_bytes(), off, off * 10, tomb).unwrap();
-        }
-        b.add_batch(&BatchHeader {
-            base_offset: 120,
-            size: 61,
-            magic: 2,
-            crc: 0,
-            attributes: 0,
-            last_offset_delta: 0,
-            base_timestamp: 0,
-            max_timestamp: 0,
+    fn encode(entries: &[KeyEntry]) -> Vec<u8> {
+        let producers = [ProducerLast {
             producer_id: 9,
-            producer_epoch: 0,
-            base_sequence: 0,
-            record_count: 1,
-        });
-        let runs_before = b.spilled_runs();
-        let bytes = b.finish(Vec::new()).unwrap();
-        // Spill files are gone once the builder is.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+            batch_base_offset: 120,
+        }];
+        let mut w = KeyIndexWriter::new(Vec::new(), 100, &producers).unwrap();
+        for e in entries {
+            w.push(e).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn written_index_reads_back_with_its_producers() {
+        let entries: Vec<KeyEntry> = (0..50).map(|i| entry(i * 7, 100 + i as i64)).collect();
+        let bytes = encode(&entries);
         let mut r = KeyIndexReader::new(&bytes[..]).unwrap();
         assert_eq!(r.base_offset(), 100);
-        assert_eq!(
-            r.producers(),
-            &[ProducerLast {
-                producer_id: 9,
-                batch_base_offset: 120
-            }]
-        );
-        (r.read_all().unwrap(), runs_before)
-    }
-
-    fn workload() -> Vec<(u32, i64, bool)> {
-        // 50 keys, many versions each, in offset order.
-        (0..1000)
-            .map(|i| ((i * 7 % 50) as u32, 100 + i as i64, i % 13 == 0))
-            .collect()
+        assert_eq!(r.producers()[0].batch_base_offset, 120);
+        assert_eq!(r.read_all().unwrap(), entries);
     }
 
     #[test]
-    fn round_trip_keeps_newest_per_key() {
-        let keys = workload();
-        let (got, runs) = build(&keys, 1 << 20);
-        assert_eq!(runs, 0);
-        let want = entries_for(&keys);
-        assert_eq!(
-            got.iter()
-                .map(|e| (e.hash, e.offset, e.tombstone))
-                .collect::<Vec<_>>(),
-            want
-        );
-        for e in &got {
-            assert_eq!(e.timestamp, e.offset * 10);
-            assert!(e.max_version_timestamp >= e.timestamp);
-        }
-    }
-
-    #[test]
-    fn external_sort_with_tiny_budget_gives_the_same_index() {
-        let keys = workload();
-        let (small, runs) = build(&keys, 7);
-        assert!(runs > 100, "expected many spilled runs, got {runs}");
-        let (big, _) = build(&keys, 1 << 20);
-        assert_eq!(small, big);
+    fn entries_out_of_hash_order_are_refused() {
+        let mut w = KeyIndexWriter::new(Vec::new(), 0, &[]).unwrap();
+        w.push(&entry(5, 1)).unwrap();
+        assert!(matches!(
+            w.push(&entry(4, 2)),
+            Err(FormatError::CorruptIndex(_))
+        ));
     }
 
     #[test]
     fn corruption_is_detected() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut b = KeyIndexBuilder::new(0, 10, dir.path());
-        for i in 0..20u32 {
-            b.add_record(&i.to_be_bytes(), i as i64, 0, false).unwrap();
-        }
-        let mut bytes = b.finish(Vec::new()).unwrap();
+        let entries: Vec<KeyEntry> = (0..20).map(|i| entry(i, i as i64 + 100)).collect();
+        let mut bytes = encode(&entries);
         let mid = bytes.len() / 2;
         bytes[mid] ^= 1;
         let mut r = KeyIndexReader::new(&bytes[..]).unwrap();
-        assert!(matches!(
-            r.read_all(),
-            Err(CompactionError::CorruptIndex(_))
-        ));
+        assert!(matches!(r.read_all(), Err(FormatError::CorruptIndex(_))));
         assert!(KeyIndexReader::new(&bytes[..3]).is_err());
+    }
+
+    #[test]
+    fn merging_sorted_streams_folds_each_key_to_its_newest_entry() {
+        let a = encode(&[entry(1, 101), entry(3, 103)]);
+        let b = encode(&[entry(1, 110), entry(2, 111)]);
+        let mut readers = vec![
+            KeyIndexReader::new(&a[..]).unwrap(),
+            KeyIndexReader::new(&b[..]).unwrap(),
+        ];
+        let mut out = Vec::new();
+        merge_sorted::<_, FormatError>(&mut readers, |e| {
+            out.push((e.hash, e.offset));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(out, vec![(1, 110), (2, 111), (3, 103)]);
     }
 }

@@ -16,7 +16,7 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 
-use super::TierError;
+use super::ManifestError;
 use crate::config::StoreArgs;
 
 /// The store URL used when none is given.
@@ -51,14 +51,14 @@ impl S3Options {
 pub fn open_from_args(
     args: &StoreArgs,
     data_dir: &FsPath,
-) -> Result<Arc<dyn ObjectStore>, TierError> {
+) -> Result<Arc<dyn ObjectStore>, ManifestError> {
     let url = args.store.clone().unwrap_or_else(|| default_url(data_dir));
     open(&url, &S3Options::from_args(args))
 }
 
 /// Opens the store for `url`; every key the broker uses is relative to it.
-pub fn open(url: &str, s3: &S3Options) -> Result<Arc<dyn ObjectStore>, TierError> {
-    let bad = |why: &str| TierError::Config(format!("store URL {url:?}: {why}"));
+pub fn open(url: &str, s3: &S3Options) -> Result<Arc<dyn ObjectStore>, ManifestError> {
+    let bad = |why: &str| ManifestError::Config(format!("store URL {url:?}: {why}"));
     let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     match parsed.scheme() {
         "memory" => Ok(Arc::new(InMemory::new())),
@@ -123,9 +123,9 @@ mod tests {
     #[test]
     fn rejects_unknown_and_uncompiled_schemes() {
         let o = S3Options::default();
-        assert!(matches!(open("ftp://x", &o), Err(TierError::Config(_))));
-        assert!(matches!(open("gs://bucket", &o), Err(TierError::Config(_))));
-        assert!(matches!(open("s3://", &o), Err(TierError::Config(_))));
+        assert!(matches!(open("ftp://x", &o), Err(ManifestError::Config(_))));
+        assert!(matches!(open("gs://bucket", &o), Err(ManifestError::Config(_))));
+        assert!(matches!(open("s3://", &o), Err(ManifestError::Config(_))));
         assert!(open("memory://", &o).is_ok());
     }
 

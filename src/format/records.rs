@@ -14,10 +14,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use std::io::Write;
 
-use super::CompactionError;
-
-/// The codec bits of a batch's attributes.
-pub const CODEC_MASK: i16 = 0x7;
+use super::FormatError;
 
 /// The fields of one record the merge decides on, and its bytes.
 #[derive(Debug, Clone, Copy)]
@@ -48,8 +45,8 @@ fn codec_name(codec: i16) -> &'static str {
     }
 }
 
-fn codec_err(codec: i16, e: impl std::fmt::Display) -> CompactionError {
-    CompactionError::Codec {
+fn codec_err(codec: i16, e: impl std::fmt::Display) -> FormatError {
+    FormatError::Codec {
         codec: codec_name(codec),
         reason: e.to_string(),
     }
@@ -57,7 +54,7 @@ fn codec_err(codec: i16, e: impl std::fmt::Display) -> CompactionError {
 
 /// The uncompressed record area of a batch whose body (after the 61-byte
 /// header) is `body`.
-pub fn decompress(codec: i16, body: &[u8]) -> Result<Bytes, CompactionError> {
+pub fn decompress(codec: i16, body: &[u8]) -> Result<Bytes, FormatError> {
     let take = |b: &mut Bytes| Ok(b.clone());
     let mut input = body;
     let out = match codec {
@@ -72,7 +69,7 @@ pub fn decompress(codec: i16, body: &[u8]) -> Result<Bytes, CompactionError> {
 }
 
 /// Appends `raw` to `out`, compressed with `codec`.
-pub fn compress(codec: i16, raw: &[u8], out: &mut Vec<u8>) -> Result<(), CompactionError> {
+pub fn compress(codec: i16, raw: &[u8], out: &mut Vec<u8>) -> Result<(), FormatError> {
     let fill = |tmp: &mut BytesMut| {
         tmp.extend_from_slice(raw);
         Ok(())
@@ -94,7 +91,7 @@ pub fn compress(codec: i16, raw: &[u8], out: &mut Vec<u8>) -> Result<(), Compact
 /// LZ4 frames with independent blocks (all Kafka's Java reader accepts), at
 /// the fast level: kafka-protocol's compressor uses level 4, which selects
 /// LZ4HC and made recompression the bottleneck of a merge several times over.
-fn compress_lz4(raw: &[u8], out: &mut Vec<u8>) -> Result<(), CompactionError> {
+fn compress_lz4(raw: &[u8], out: &mut Vec<u8>) -> Result<(), FormatError> {
     let mut enc = lz4::EncoderBuilder::new()
         .level(0)
         .block_mode(lz4::BlockMode::Independent)
@@ -179,6 +176,7 @@ pub fn walk<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::batch::CODEC_MASK;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };

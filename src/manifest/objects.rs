@@ -16,11 +16,11 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::manifest::Manifest;
-use super::TierError;
-use crate::compaction::key_index::KEY_INDEX_EXT;
-use crate::log::producer_state::SNAPSHOT_EXT;
-use crate::log::segment::{file_name, SegmentMeta};
+use super::{Manifest, ManifestError, TOPIC_FILE};
+use crate::format::segment::{
+    file_name, SegmentMeta, ALL_EXTENSIONS, INDEX_EXT, KEY_INDEX_EXT, LOG_EXT, META_EXT,
+    SNAPSHOT_EXT, TIME_INDEX_EXT,
+};
 
 /// Segment logs are streamed to the store in parts of this size.
 const UPLOAD_PART: usize = 8 << 20;
@@ -31,17 +31,7 @@ const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
 
 /// Companions uploaded before the descriptor; the key index (compacted
 /// topics only) and the producer snapshot (not in old segments) may be absent.
-const COMPANIONS: [&str; 4] = ["index", "timeindex", KEY_INDEX_EXT, SNAPSHOT_EXT];
-
-/// Every extension a segment's objects may have, descriptor first.
-pub const ALL_EXTENSIONS: [&str; 6] = [
-    "meta",
-    "index",
-    "timeindex",
-    KEY_INDEX_EXT,
-    SNAPSHOT_EXT,
-    "log",
-];
+const COMPANIONS: [&str; 4] = [INDEX_EXT, TIME_INDEX_EXT, KEY_INDEX_EXT, SNAPSHOT_EXT];
 
 /// Uploads the local segment `base` of `dir` under `key`: the log, then its
 /// companions, then the descriptor, each streamed (a key index can be tens
@@ -51,21 +41,21 @@ pub async fn upload_segment(
     dir: &FsPath,
     meta: &SegmentMeta,
     key: &str,
-) -> Result<u64, TierError> {
+) -> Result<u64, ManifestError> {
     let base = meta.base_offset;
     upload_file(
         store,
-        &dir.join(file_name(base, "log")),
+        &dir.join(file_name(base, LOG_EXT)),
         key,
-        "log",
+        LOG_EXT,
         Some(meta.size),
     )
     .await?;
     let mut objects = 1;
-    for ext in COMPANIONS.iter().chain(&["meta"]) {
+    for ext in COMPANIONS.iter().chain(&[META_EXT]) {
         match upload_file(store, &dir.join(file_name(base, ext)), key, ext, None).await {
             Ok(()) => objects += 1,
-            Err(TierError::Io(e))
+            Err(ManifestError::Io(e))
                 if e.kind() == std::io::ErrorKind::NotFound
                     && [KEY_INDEX_EXT, SNAPSHOT_EXT].contains(ext) => {}
             Err(e) => return Err(e),
@@ -82,7 +72,7 @@ async fn upload_file(
     key: &str,
     ext: &str,
     len: Option<u64>,
-) -> Result<(), TierError> {
+) -> Result<(), ManifestError> {
     let file = tokio::fs::File::open(path).await?;
     let len = match len {
         Some(l) => l,
@@ -97,7 +87,7 @@ async fn upload_file(
     let copied = tokio::io::copy(&mut file.take(len), &mut writer).await?;
     if copied != len {
         writer.abort().await?;
-        return Err(TierError::Corrupt(format!(
+        return Err(ManifestError::Corrupt(format!(
             "{}: read {copied} of {len} bytes",
             path.display()
         )));
@@ -108,7 +98,7 @@ async fn upload_file(
 
 /// Deletes every object of the segment `key`, descriptor first; objects
 /// already gone are fine (deletes are retried after crashes).
-pub async fn delete_segment(store: &Arc<dyn ObjectStore>, key: &str) -> Result<(), TierError> {
+pub async fn delete_segment(store: &Arc<dyn ObjectStore>, key: &str) -> Result<(), ManifestError> {
     for ext in ALL_EXTENSIONS {
         match store.delete(&Path::from(format!("{key}.{ext}"))).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
@@ -129,7 +119,7 @@ pub async fn collect_orphans(
     partition: &Path,
     manifest: &Manifest,
     min_age: Duration,
-) -> Result<usize, TierError> {
+) -> Result<usize, ManifestError> {
     let named: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
     let end = manifest.end_offset().unwrap_or(i64::MIN);
     let cutoff = chrono_cutoff(min_age);
@@ -171,7 +161,7 @@ pub async fn collect_deleted_topics(
     store: &Arc<dyn ObjectStore>,
     live: &[uuid::Uuid],
     min_age: Duration,
-) -> Result<usize, TierError> {
+) -> Result<usize, ManifestError> {
     let cutoff = chrono_cutoff(min_age);
     let mut deleted = 0;
     let names = store
@@ -190,7 +180,7 @@ pub async fn collect_deleted_topics(
             if is_live {
                 continue;
             }
-            match store.head(&id.child("topic.json")).await {
+            match store.head(&id.child(TOPIC_FILE)).await {
                 Ok(_) => continue,
                 Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -211,6 +201,30 @@ pub async fn collect_deleted_topics(
     Ok(deleted)
 }
 
+/// The topic description under `topics/<name>/`: one id per name normally;
+/// leftovers of a deleted incarnation lose to the newest `topic.json`.
+pub async fn newest_topic_file<T: serde::de::DeserializeOwned>(
+    store: &Arc<dyn ObjectStore>,
+    name_prefix: &Path,
+) -> Result<Option<T>, ManifestError> {
+    let ids = store.list_with_delimiter(Some(name_prefix)).await?;
+    let mut best: Option<(i64, T)> = None;
+    for id_prefix in ids.common_prefixes {
+        let r = match store.get(&id_prefix.child(TOPIC_FILE)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let stamp = r.meta.last_modified.timestamp_millis();
+        let file: T = serde_json::from_slice(&r.bytes().await?)
+            .map_err(|e| ManifestError::Corrupt(format!("{id_prefix}/topic.json: {e}")))?;
+        if best.as_ref().is_none_or(|(s, _)| stamp > *s) {
+            best = Some((stamp, file));
+        }
+    }
+    Ok(best.map(|(_, f)| f))
+}
+
 fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
 }
@@ -218,8 +232,8 @@ fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::segment::SEGMENT_FORMAT_VERSION;
-    use crate::tier::store::{default_url, open, S3Options};
+    use crate::format::segment::SEGMENT_FORMAT_VERSION;
+    use crate::manifest::store::{default_url, open, S3Options};
 
     /// Logs larger than one upload part go up as multipart uploads; a segment
     /// without a key index or producer snapshot uploads without them.

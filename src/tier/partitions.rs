@@ -1,0 +1,194 @@
+//! The partitions this broker tiers, each attached to its manifest, and what
+//! every tier job shares: the store, the cache, this run's writer epoch.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::cache::BlockCache;
+use super::remote::TieredPartition;
+use super::TierError;
+use crate::catalog::{Catalog, Topic};
+use crate::log::Partition;
+use crate::manifest::{manifest_dir, partition_prefix, Manifest, ManifestStore, WriterEpoch};
+
+#[derive(Debug, Default)]
+pub struct TierStats {
+    pub segments_uploaded: AtomicU64,
+    pub bytes_uploaded: AtomicU64,
+    pub puts: AtomicU64,
+    pub upload_failures: AtomicU64,
+}
+
+pub(super) struct TieredPartitions {
+    store: Arc<dyn ObjectStore>,
+    pub(super) catalog: Arc<Catalog>,
+    cache: BlockCache,
+    writer: WriterEpoch,
+    attached: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
+    pub(super) stats: TierStats,
+}
+
+impl TieredPartitions {
+    pub(super) fn new(
+        store: Arc<dyn ObjectStore>,
+        catalog: Arc<Catalog>,
+        cache: BlockCache,
+        node_id: i32,
+    ) -> TieredPartitions {
+        TieredPartitions {
+            store,
+            catalog,
+            cache,
+            writer: WriterEpoch::new(node_id),
+            attached: Mutex::new(HashMap::new()),
+            stats: TierStats::default(),
+        }
+    }
+
+    pub(super) fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub(super) fn cache(&self) -> &BlockCache {
+        &self.cache
+    }
+
+    /// Attaches every partition of the catalog.
+    pub(super) async fn attach_all(&self) -> Result<(), TierError> {
+        let work = self.all();
+        futures::stream::iter(work.iter().map(|(t, i, p)| self.attach(t, *i, p)))
+            .buffer_unordered(16)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Every (topic, partition index, partition): all are tiered, internal
+    /// topics too, so a wiped data directory gets `__consumer_offsets` back.
+    pub(super) fn all(&self) -> Vec<(Arc<Topic>, i32, Arc<Partition>)> {
+        self.catalog
+            .topics()
+            .into_iter()
+            .flat_map(|t| {
+                t.partitions()
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(i, p)| (t.clone(), i as i32, p))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The partition's remote part, loading its manifest and attaching it
+    /// to the log the first time.
+    pub(super) async fn attach(
+        &self,
+        topic: &Topic,
+        index: i32,
+        partition: &Arc<Partition>,
+    ) -> Result<Arc<TieredPartition>, TierError> {
+        let key = (topic.id(), index);
+        if let Some(r) = self.attached.lock().get(&key) {
+            return Ok(r.clone());
+        }
+        let prefix = partition_prefix(topic.name(), topic.id(), index);
+        let manifests = ManifestStore::new(self.store.clone(), manifest_dir(&prefix));
+        let manifest = manifests
+            .load_latest()
+            .await?
+            .unwrap_or_else(|| Manifest::empty(self.writer.clone()));
+        let remote = Arc::new(TieredPartition::new(
+            topic.name(),
+            topic.id(),
+            index,
+            manifests,
+            prefix,
+            manifest,
+            self.cache.clone(),
+        ));
+        let mut attached = self.attached.lock();
+        if let Some(r) = attached.get(&key) {
+            return Ok(r.clone());
+        }
+        partition.attach_remote(remote.clone());
+        attached.insert(key, remote.clone());
+        Ok(remote)
+    }
+
+    pub(super) fn remote(&self, topic_id: Uuid, partition: i32) -> Option<Arc<TieredPartition>> {
+        self.attached.lock().get(&(topic_id, partition)).cloned()
+    }
+
+    pub(super) fn remotes(&self) -> Vec<Arc<TieredPartition>> {
+        self.attached.lock().values().cloned().collect()
+    }
+
+    pub(super) fn manifest_of(&self, topic: &str, partition: i32) -> Option<Arc<Manifest>> {
+        let id = self.catalog.topic(topic)?.id();
+        self.remote(id, partition).map(|r| r.manifest())
+    }
+
+    /// Forgets the partitions of a deleted topic.
+    pub(super) fn detach_topic(&self, topic_id: Uuid) {
+        self.attached.lock().retain(|(id, _), _| *id != topic_id);
+    }
+
+    /// Writes the next manifest version with `edit` applied, on top of
+    /// whatever a compaction worker or an earlier run of this broker wrote.
+    pub(super) async fn commit(
+        &self,
+        remote: &TieredPartition,
+        edit: impl Fn(&mut Manifest),
+    ) -> Result<(), TierError> {
+        let next = remote
+            .manifests
+            .commit(&remote.manifest(), &self.writer, |m| {
+                edit(m);
+                Ok(())
+            })
+            .await?;
+        self.stats.puts.fetch_add(1, Ordering::Relaxed);
+        remote.adopt(next);
+        Ok(())
+    }
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Per-partition exponential backoff after failures, so a job does not
+/// hammer a store that keeps failing for one partition.
+#[derive(Default)]
+pub(super) struct Backoffs {
+    by_partition: Mutex<HashMap<(Uuid, i32), (Instant, Duration)>>,
+}
+
+impl Backoffs {
+    pub(super) fn ready(&self, key: (Uuid, i32)) -> bool {
+        self.by_partition
+            .lock()
+            .get(&key)
+            .is_none_or(|(next_try, _)| Instant::now() >= *next_try)
+    }
+
+    pub(super) fn record<T, E>(&self, key: (Uuid, i32), result: &Result<T, E>) {
+        let mut map = self.by_partition.lock();
+        match result {
+            Ok(_) => {
+                map.remove(&key);
+            }
+            Err(_) => {
+                let delay = map.get(&key).map_or(BACKOFF_MIN, |(_, d)| *d);
+                map.insert(key, (Instant::now() + delay, (delay * 2).min(BACKOFF_MAX)));
+            }
+        }
+    }
+}
