@@ -28,15 +28,15 @@ use kafka_protocol::records::Compression;
 use object_store::ObjectStore;
 use strata::catalog::config::TopicConfig;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
-use strata::log::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use strata::compaction::policy::{simulate, Leveled};
 use strata::compaction::store_source::StoreSegment;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
 use strata::format::batch::{encode_batch, stamp_header, BatchHeader, HEADER_LEN};
+use strata::log::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use strata::log::segment::Segment;
-use strata::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
 use strata::manifest::store::{default_url, open, S3Options};
 use strata::manifest::{objects, partition_prefix, segment_key};
+use strata::manifest::{Manifest, ManifestStore, TieredSegment, WriterEpoch};
 use tokio::io::AsyncWriteExt;
 
 const RECORDS_PER_BATCH: usize = 100;

@@ -28,3 +28,4 @@ pub mod log;
 pub mod manifest;
 pub mod server;
 pub mod tier;
+pub mod wal;

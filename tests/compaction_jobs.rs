@@ -23,10 +23,10 @@ use strata::catalog::TopicFile;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::policy::{for_topic, SegmentDesc};
 use strata::log::now_ms;
-use strata::manifest::{Manifest, ManifestStore};
 use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{default_url, open, S3Options};
 use strata::manifest::{objects, partition_prefix};
+use strata::manifest::{Manifest, ManifestStore};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const KEYS: usize = 20;

@@ -26,8 +26,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-use strata::server::Server;
 use strata::manifest::fault::{Fault, FaultyStore};
+use strata::server::Server;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Small segments that roll on size and, when idle, within a few hundred ms.

@@ -18,6 +18,8 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::TransactionsUnsupported => ResponseError::TransactionalIdAuthorizationFailed,
         // Both retriable for every client: the store is slow or down.
         LogError::Remote(_) | LogError::Backpressure => ResponseError::KafkaStorageError,
+        // Retriable: the client refreshes metadata and finds the new leader.
+        LogError::Fenced => ResponseError::NotLeaderOrFollower,
     }
     .code()
 }

@@ -11,8 +11,8 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 use super::policy::{self, SegmentDesc};
-use crate::log::now_ms;
 use crate::catalog::TopicFile;
+use crate::log::now_ms;
 use crate::manifest::objects::newest_topic_file;
 use crate::manifest::{manifest_dir, partition_prefix, ManifestError, ManifestStore};
 
@@ -20,7 +20,9 @@ use crate::manifest::{manifest_dir, partition_prefix, ManifestError, ManifestSto
 /// policy would run next, and how long the oldest unmerged segment has
 /// waited.
 pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String, ManifestError> {
-    let Some(file) = newest_topic_file::<TopicFile>(store, &Path::from_iter(["topics", topic])).await? else {
+    let Some(file) =
+        newest_topic_file::<TopicFile>(store, &Path::from_iter(["topics", topic])).await?
+    else {
         return Err(ManifestError::Config(format!(
             "topic {topic} is not in the store"
         )));

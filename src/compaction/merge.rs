@@ -47,9 +47,9 @@ use crate::format::batch::{
 };
 use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
 use crate::format::records;
+use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 use crate::format::FormatError;
 use crate::log::index::SegmentIndex;
-use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
 const KEY_INDEX_READ_BUFFER: usize = 64 * 1024;
 
@@ -797,8 +797,9 @@ mod tests {
         );
         assert_eq!(m2.level, 2);
         let idx = |dir: &Path, base| {
-            let f = std::fs::File::open(dir.join(crate::format::segment::file_name(base, "keyindex")))
-                .unwrap();
+            let f =
+                std::fs::File::open(dir.join(crate::format::segment::file_name(base, "keyindex")))
+                    .unwrap();
             KeyIndexReader::new(f).unwrap().read_all().unwrap()
         };
         assert_eq!(
@@ -879,7 +880,10 @@ mod tests {
         assert_eq!(stats.batches_copied, stats.input_batches);
         assert!(!out
             .path()
-            .join(crate::format::segment::file_name(meta.base_offset, "keyindex"))
+            .join(crate::format::segment::file_name(
+                meta.base_offset,
+                "keyindex"
+            ))
             .exists());
         // The copied segment reads like the originals.
         let merged = Partition::open(out.path()).unwrap();

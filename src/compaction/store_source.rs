@@ -17,11 +17,11 @@ use object_store::ObjectStore;
 use tokio::runtime::Handle;
 
 use super::io::SegmentSource;
+use super::CompactionError;
 use crate::format::batch::BatchStream;
+use crate::format::segment::SegmentMeta;
 use crate::format::segment::{KEY_INDEX_EXT, LOG_EXT};
 use crate::log::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET};
-use super::CompactionError;
-use crate::format::segment::SegmentMeta;
 use crate::manifest::{ManifestError, TieredSegment};
 
 const CHUNK: u64 = 4 << 20;

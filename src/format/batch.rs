@@ -10,8 +10,7 @@ use std::io::Read;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-    TimestampType,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
 use super::FormatError;
@@ -396,7 +395,10 @@ pub(crate) mod tests {
         let mut b = make_batch(1, -1, -1, -1, 0);
         let last = b.len() - 1;
         b[last] ^= 0xff;
-        assert!(matches!(validate_produced(&b), Err(FormatError::Corrupt(_))));
+        assert!(matches!(
+            validate_produced(&b),
+            Err(FormatError::Corrupt(_))
+        ));
     }
 
     #[test]

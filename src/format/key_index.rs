@@ -45,7 +45,6 @@ pub const ENTRY_LEN: usize = 37;
 const FOOTER_LEN: usize = 12;
 const FLAG_TOMBSTONE: u8 = 1;
 
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyEntry {
     pub hash: u128,
@@ -191,9 +190,7 @@ impl<R: Read> KeyIndexReader<R> {
             count: 0,
         };
         if !r.fill(HEADER_LEN)? {
-            return Err(FormatError::CorruptIndex(
-                "shorter than a header".into(),
-            ));
+            return Err(FormatError::CorruptIndex("shorter than a header".into()));
         }
         let head = r.take(HEADER_LEN);
         if &head[..4] != MAGIC {
@@ -360,7 +357,6 @@ pub fn merge_sorted<R: Read, E: From<FormatError>>(
     }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,7 @@ pub mod batch;
 pub mod key_index;
 pub mod records;
 pub mod segment;
+pub mod wal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {

@@ -150,11 +150,7 @@ impl KeyIndexBuilder {
 /// Builds the key index of a sealed local segment from its batches and
 /// writes it next to the segment (temporary file, fsync, rename), so a
 /// reader never sees half an index. Returns the index path.
-pub fn build_for_segment(
-    dir: &Path,
-    base_offset: i64,
-    budget: usize,
-) -> Result<PathBuf, LogError> {
+pub fn build_for_segment(dir: &Path, base_offset: i64, budget: usize) -> Result<PathBuf, LogError> {
     let log = File::open(dir.join(file_name(base_offset, "log")))?;
     let mut builder = KeyIndexBuilder::new(base_offset, budget, dir);
     let mut stream = BatchStream::new(log);
@@ -201,9 +197,8 @@ pub fn add_batch_records(
         return Ok(());
     }
     let mut buf = bytes;
-    let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| {
-        LogError::Corrupt(format!("batch at offset {}: {e}", header.base_offset))
-    })?;
+    let set = RecordBatchDecoder::decode(&mut buf)
+        .map_err(|e| LogError::Corrupt(format!("batch at offset {}: {e}", header.base_offset)))?;
     for r in &set.records {
         let Some(key) = &r.key else { continue };
         let ts = if header.is_log_append_time() {

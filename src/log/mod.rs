@@ -13,7 +13,7 @@ pub mod remote;
 pub mod segment;
 
 pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition, RestorePoint};
-pub use remote::{RemoteFuture, RemoteLog};
+pub use remote::{HeadSink, RemoteFuture, RemoteLog};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -47,6 +47,8 @@ pub enum LogError {
     Remote(String),
     #[error("too many sealed bytes wait for upload to the object store; retry later")]
     Backpressure,
+    #[error("this broker is no longer the partition's leader")]
+    Fenced,
 }
 
 impl From<crate::format::FormatError> for LogError {

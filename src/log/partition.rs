@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -19,14 +19,12 @@ use tokio::sync::watch;
 use super::index::write_synced;
 use super::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use super::producer_state::{ProducerStates, SequenceCheck};
-use super::remote::RemoteLog;
+use super::remote::{HeadSink, RemoteLog};
 use super::segment::Segment;
+use super::{now_ms, LogError};
 use crate::format::batch::{self, first_record, BatchHeader};
 use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
-use super::{now_ms, LogError};
 
-/// A single broker is the leader of every partition, always in epoch 0.
-pub const LEADER_EPOCH: i32 = 0;
 const LOG_START_FILE: &str = "log-start-offset";
 
 /// The topic configuration an append needs.
@@ -69,6 +67,10 @@ pub struct Partition {
     remote: OnceLock<Arc<dyn RemoteLog>>,
     /// Set by the tier while too many sealed bytes wait for upload.
     backpressure: OnceLock<Arc<AtomicBool>>,
+    /// Makes appends durable instead of fsync (cluster mode).
+    head_sink: OnceLock<Arc<dyn HeadSink>>,
+    /// Stamped into every batch appended; a single broker stays at 0.
+    leader_epoch: AtomicI32,
 }
 
 struct State {
@@ -178,6 +180,8 @@ impl Partition {
             sync_lock: tokio::sync::Mutex::new(()),
             remote: OnceLock::new(),
             backpressure: OnceLock::new(),
+            head_sink: OnceLock::new(),
+            leader_epoch: AtomicI32::new(0),
         })
     }
 
@@ -200,6 +204,9 @@ impl Partition {
         {
             return Err(LogError::Backpressure);
         }
+        if let Some(sink) = self.head_sink.get() {
+            sink.check()?;
+        }
         let mut st = self.state.lock();
         if let SequenceCheck::Duplicate(m) = st.producers.check(&header)? {
             return Ok(AppendOutcome {
@@ -218,7 +225,8 @@ impl Partition {
         self.maybe_roll(&mut st, cfg, raw.len(), now)?;
         let base_offset = st.end_offset();
         let append_time = cfg.log_append_time.then_some(now);
-        let header_bytes = batch::stamp_header(raw, base_offset, LEADER_EPOCH, append_time);
+        let leader_epoch = self.leader_epoch.load(Ordering::Relaxed);
+        let header_bytes = batch::stamp_header(raw, base_offset, leader_epoch, append_time);
         let stamped_header = BatchHeader {
             base_offset,
             max_timestamp: append_time.unwrap_or(header.max_timestamp),
@@ -231,6 +239,15 @@ impl Partition {
             now,
         )?;
         st.producers.record(&stamped_header);
+        if let Some(sink) = self.head_sink.get() {
+            sink.submit(
+                leader_epoch,
+                base_offset,
+                stamped_header.last_offset(),
+                &header_bytes,
+                &raw[batch::HEADER_LEN..],
+            );
+        }
         let log_start_offset = st.log_start_offset;
         drop(st);
         let last_offset = stamped_header.last_offset();
@@ -467,8 +484,12 @@ impl Partition {
             .collect()
     }
 
-    /// Waits until every offset below `end` is on disk, syncing if nobody else is.
+    /// Waits until every offset below `end` is durable: in the head sink
+    /// when one is attached, else on disk, syncing if nobody else is.
     pub async fn wait_durable(&self, end: i64) -> Result<(), LogError> {
+        if let Some(sink) = self.head_sink.get() {
+            return sink.wait_durable(end).await;
+        }
         loop {
             if *self.durable.borrow() >= end {
                 return Ok(());
@@ -528,6 +549,25 @@ impl Partition {
     /// Attaches the remote part of the log (once; later calls are ignored).
     pub fn attach_remote(&self, remote: Arc<dyn RemoteLog>) {
         let _ = self.remote.set(remote);
+    }
+
+    /// Makes appends durable through `sink` instead of fsync (once).
+    pub fn attach_head_sink(&self, sink: Arc<dyn HeadSink>) {
+        let _ = self.head_sink.set(sink);
+    }
+
+    /// Whether appends are made durable by a head sink.
+    pub fn has_head_sink(&self) -> bool {
+        self.head_sink.get().is_some()
+    }
+
+    /// The leader epoch stamped into batches from now on.
+    pub fn set_leader_epoch(&self, epoch: i32) {
+        self.leader_epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch.load(Ordering::Relaxed)
     }
 
     /// Shares the broker-wide flag that refuses appends while uploads lag.
@@ -689,7 +729,10 @@ impl Partition {
             if let Some((base, bytes)) = &point.producers {
                 write_synced(&dir.join(file_name(*base, SNAPSHOT_EXT)), bytes)?;
             }
-            let log = dir.join(file_name(point.next_offset, crate::format::segment::LOG_EXT));
+            let log = dir.join(file_name(
+                point.next_offset,
+                crate::format::segment::LOG_EXT,
+            ));
             std::fs::File::create(log)?.sync_all()?;
         }
         let path = dir.join(LOG_START_FILE);

@@ -14,8 +14,8 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::batch::BatchHeader;
 use super::LogError;
+use crate::format::batch::BatchHeader;
 
 /// Batches remembered per producer (Kafka's max.in.flight limit for idempotence).
 pub const CACHED_BATCHES: usize = 5;

@@ -1,8 +1,9 @@
-//! The part of a partition's log that lives elsewhere (the object store).
+//! The parts of a partition's log that live elsewhere (the object store).
 //!
-//! The log layer only knows this trait: offsets below the first local
+//! The log layer only knows these traits: offsets below the first local
 //! segment are answered by whatever implements it (the tier, a layer above), so the
-//! log itself never talks to a network or an object store API. The futures
+//! log itself never talks to a network or an object store API; in cluster
+//! mode new batches are made durable by a `HeadSink` the same way. The futures
 //! are boxed because the trait must stay object-safe (`Arc<dyn RemoteLog>`).
 
 use std::future::Future;
@@ -13,6 +14,28 @@ use bytes::Bytes;
 use super::LogError;
 
 pub type RemoteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LogError>> + Send + 'a>>;
+
+/// Where a partition's new batches become durable instead of by a local
+/// fsync: in cluster mode, the broker's write-ahead log in the object store.
+pub trait HeadSink: Send + Sync {
+    /// Whether appends may go on now (not when fenced, nor while too much
+    /// waits to become durable).
+    fn check(&self) -> Result<(), LogError>;
+
+    /// Takes one stamped batch covering `base_offset..=last_offset`. Called
+    /// in offset order, under the partition's append lock.
+    fn submit(
+        &self,
+        leader_epoch: i32,
+        base_offset: i64,
+        last_offset: i64,
+        header: &[u8],
+        records: &[u8],
+    );
+
+    /// Resolves once every offset below `end` is durable, or fails.
+    fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()>;
+}
 
 pub trait RemoteLog: Send + Sync {
     /// One past the last offset held remotely; `None` when nothing is.

@@ -11,7 +11,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use super::index::{write_synced, SegmentIndex};
 use super::producer_state::ProducerStates;
 use super::LogError;
@@ -20,6 +19,7 @@ use crate::format::segment::{
     file_name, SegmentMeta, INDEX_EXT, KEY_INDEX_EXT, LOG_EXT, META_EXT, SEGMENT_FORMAT_VERSION,
     SNAPSHOT_EXT, TIME_INDEX_EXT,
 };
+use bytes::{Bytes, BytesMut};
 
 pub struct Segment {
     base_offset: i64,
@@ -41,7 +41,6 @@ pub struct Located {
     pub position: u64,
     pub header: BatchHeader,
 }
-
 
 impl Segment {
     pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> Result<Segment, LogError> {

@@ -50,7 +50,10 @@ pub enum ManifestError {
 impl ManifestError {
     /// The object asked for is not in the store.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ManifestError::Store(object_store::Error::NotFound { .. }))
+        matches!(
+            self,
+            ManifestError::Store(object_store::Error::NotFound { .. })
+        )
     }
 }
 

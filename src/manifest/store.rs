@@ -124,7 +124,10 @@ mod tests {
     fn rejects_unknown_and_uncompiled_schemes() {
         let o = S3Options::default();
         assert!(matches!(open("ftp://x", &o), Err(ManifestError::Config(_))));
-        assert!(matches!(open("gs://bucket", &o), Err(ManifestError::Config(_))));
+        assert!(matches!(
+            open("gs://bucket", &o),
+            Err(ManifestError::Config(_))
+        ));
         assert!(matches!(open("s3://", &o), Err(ManifestError::Config(_))));
         assert!(open("memory://", &o).is_ok());
     }

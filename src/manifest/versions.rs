@@ -198,7 +198,8 @@ impl ManifestStore {
     /// Writes `m` as a new version; `ManifestError::Conflict` if that version
     /// already exists (another writer won).
     pub async fn create(&self, m: &Manifest) -> Result<(), ManifestError> {
-        let json = serde_json::to_vec_pretty(m).map_err(|e| ManifestError::Corrupt(e.to_string()))?;
+        let json =
+            serde_json::to_vec_pretty(m).map_err(|e| ManifestError::Corrupt(e.to_string()))?;
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()

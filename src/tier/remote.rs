@@ -13,8 +13,8 @@ use super::cache::BlockCache;
 use super::TierError;
 use crate::format::batch::{self, first_record, BatchHeader, HEADER_LEN};
 use crate::log::segment::Located;
-use crate::manifest::{Manifest, ManifestStore, TieredSegment};
 use crate::log::{LogError, RemoteFuture, RemoteLog};
+use crate::manifest::{Manifest, ManifestStore, TieredSegment};
 
 pub struct TieredPartition {
     pub topic: String,

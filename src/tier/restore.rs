@@ -91,11 +91,13 @@ pub async fn restore(
             };
             let dir = seed.partition_dir(&name, p);
             let producers = match m.segments.last() {
-                Some(last) if !Partition::has_segments(&dir) => match store.get(&last.object(SNAPSHOT_EXT)).await {
-                    Ok(r) => Some((last.base_offset, r.bytes().await?)),
-                    Err(object_store::Error::NotFound { .. }) => None,
-                    Err(e) => return Err(e.into()),
-                },
+                Some(last) if !Partition::has_segments(&dir) => {
+                    match store.get(&last.object(SNAPSHOT_EXT)).await {
+                        Ok(r) => Some((last.base_offset, r.bytes().await?)),
+                        Err(object_store::Error::NotFound { .. }) => None,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 _ => None,
             };
             let point = RestorePoint {

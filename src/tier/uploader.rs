@@ -93,7 +93,9 @@ impl Uploader {
                 )
                 .await
                 .unwrap_or_else(|_| {
-                    Err(TierError::Corrupt(format!("no progress in {TURN_TIMEOUT:?}")))
+                    Err(TierError::Corrupt(format!(
+                        "no progress in {TURN_TIMEOUT:?}"
+                    )))
                 });
                 self.backoffs.record(key, &result);
                 if let Err(e) = result {

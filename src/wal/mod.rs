@@ -1,0 +1,543 @@
+//! The write-ahead log of cluster mode: acknowledged means in the object store.
+//!
+//! A single broker makes `acks=all` durable with fsync, but a cluster must
+//! survive the loss of the whole machine, so there a write is acknowledged
+//! only once it is in the store. Writing one object per partition per
+//! request would make the request cost grow with partitions; instead every
+//! partition this broker leads hands its stamped batches to one `Wal`, which
+//! writes them as one object per flush (`--wal-flush-ms`, or sooner when
+//! `--wal-max-bytes` are pending), like WarpStream, Bufstream and Redpanda's
+//! cloud topics. The PUT rate per broker is then about 1000 / flush-ms,
+//! whatever the number of partitions. Sealed segments still go to the store
+//! as before; the WAL only covers the head until they do.
+//!
+//! Objects are `wal/<node>/<seq:020>.wal`, written create-only and in
+//! sequence, one at a time, and acknowledged in that order: object `n` is
+//! acknowledged only once `1..n` are all in the store. That order is what
+//! makes fencing work. Whoever takes over the partitions of a broker that
+//! may still be alive (a lease that expired under a paused process) writes a
+//! fence object at the next free sequence number (`fence`). The old broker's
+//! next PUT then finds its key taken and it stops acknowledging anything,
+//! for good; everything it did acknowledge sits below the fence, where the
+//! new leaders read it back (`read_partition`). A PUT whose answer was lost
+//! and that landed after all is told apart from a fence by the writer nonce
+//! in the object.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+use uuid::Uuid;
+
+use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader};
+use crate::format::FormatError;
+use crate::log::{HeadSink, LogError, RemoteFuture};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Appends are refused (retriably) once this many flushes' worth of bytes
+/// wait for the store, instead of growing without bound while it is down.
+const MAX_PENDING_FLUSHES: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// `wal/<node>`.
+pub fn node_prefix(node_id: i32) -> Path {
+    Path::from_iter(["wal", &node_id.to_string()])
+}
+
+fn object_key(node_id: i32, seq: u64) -> Path {
+    node_prefix(node_id).child(format!("{seq:020}.wal"))
+}
+
+/// Sequence numbers of the objects under `wal/<node>`, ascending.
+async fn list_seqs(store: &Arc<dyn ObjectStore>, node_id: i32) -> Result<Vec<u64>, WalError> {
+    let objects: Vec<_> = store
+        .list(Some(&node_prefix(node_id)))
+        .try_collect()
+        .await?;
+    let mut seqs: Vec<u64> = objects
+        .iter()
+        .filter_map(|o| o.location.filename()?.strip_suffix(".wal")?.parse().ok())
+        .collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+/// How far one partition's batches are durable; `Err` once they never will be.
+type Durable = watch::Sender<Result<i64, Arc<str>>>;
+
+#[derive(Default)]
+struct Pending {
+    builder: WalBuilder,
+    /// The watermark each partition reaches once this object is written.
+    marks: Vec<(Arc<Durable>, i64)>,
+}
+
+/// One broker's write-ahead log.
+pub struct Wal {
+    store: Arc<dyn ObjectStore>,
+    node_id: i32,
+    nonce: u64,
+    flush_every: Duration,
+    max_bytes: usize,
+    pending: Mutex<Pending>,
+    /// Bytes taken for flushes not yet written.
+    in_flight: AtomicU64,
+    kick: Notify,
+    /// One flush at a time: objects are written in sequence.
+    flushing: tokio::sync::Mutex<()>,
+    fenced: AtomicBool,
+    next_seq: AtomicU64,
+    pub puts: AtomicU64,
+}
+
+impl Wal {
+    /// Opens this broker's log, continuing after the highest sequence number
+    /// in the store (a fence a takeover left included).
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        node_id: i32,
+        flush_every: Duration,
+        max_bytes: usize,
+    ) -> Result<Arc<Wal>, WalError> {
+        let next = list_seqs(&store, node_id)
+            .await?
+            .last()
+            .map_or(1, |s| s + 1);
+        Ok(Arc::new(Wal {
+            store,
+            node_id,
+            nonce: rand_nonce(),
+            flush_every,
+            max_bytes: max_bytes.max(1),
+            pending: Mutex::new(Pending::default()),
+            in_flight: AtomicU64::new(0),
+            kick: Notify::new(),
+            flushing: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            next_seq: AtomicU64::new(next),
+            puts: AtomicU64::new(0),
+        }))
+    }
+
+    /// The sink through which partition `partition` of `topic_id` makes its
+    /// appends durable; `end` is its current end offset, durable already.
+    pub fn partition(self: &Arc<Self>, topic_id: Uuid, partition: i32, end: i64) -> WalPartition {
+        WalPartition {
+            wal: self.clone(),
+            topic_id,
+            partition,
+            durable: Arc::new(watch::Sender::new(Ok(end))),
+        }
+    }
+
+    /// Whether a takeover fenced this broker's log.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    /// Writes what is pending every flush interval (or sooner when enough
+    /// is), one object at a time, until `stop` turns true.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.flush_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+                _ = self.kick.notified() => {}
+            }
+            if self.is_fenced() {
+                return;
+            }
+            self.flush().await;
+        }
+    }
+
+    /// Writes the pending batches as the next object, retrying until it is
+    /// in the store or the log is fenced.
+    pub async fn flush(&self) {
+        let _one_at_a_time = self.flushing.lock().await;
+        if self.is_fenced() {
+            return;
+        }
+        let seq = self.next_seq.load(Ordering::Relaxed);
+        let (bytes, marks, len) = {
+            let mut p = self.pending.lock();
+            if p.builder.is_empty() {
+                return;
+            }
+            let len = p.builder.len() as u64;
+            self.in_flight.fetch_add(len, Ordering::Relaxed);
+            let header = WalHeader {
+                node_id: self.node_id,
+                nonce: self.nonce,
+                seq,
+            };
+            (p.builder.finish(header), std::mem::take(&mut p.marks), len)
+        };
+        let mut delay = BACKOFF_MIN;
+        let outcome = loop {
+            match self.put(seq, bytes.clone()).await {
+                Ok(landed) => break landed,
+                Err(e) => {
+                    tracing::warn!(seq, error = %e, "writing the WAL object failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(BACKOFF_MAX);
+                }
+            }
+        };
+        self.in_flight.fetch_sub(len, Ordering::Relaxed);
+        if outcome {
+            self.next_seq.store(seq + 1, Ordering::Relaxed);
+            self.puts.fetch_add(1, Ordering::Relaxed);
+            for (durable, end) in marks {
+                durable.send_modify(|d| {
+                    if let Ok(at) = d {
+                        *at = (*at).max(end);
+                    }
+                });
+            }
+            return;
+        }
+        tracing::error!(
+            node = self.node_id,
+            seq,
+            "this broker's WAL was fenced by a takeover: acknowledging nothing more"
+        );
+        self.fenced.store(true, Ordering::Relaxed);
+        let pending = std::mem::take(&mut *self.pending.lock());
+        for (durable, _) in marks.into_iter().chain(pending.marks) {
+            let _previous = durable.send_replace(Err("fenced by a new leader".into()));
+        }
+    }
+
+    /// PUTs object `seq`: `Ok(true)` once it is ours in the store,
+    /// `Ok(false)` when someone else's (a fence) holds the key.
+    async fn put(&self, seq: u64, bytes: Bytes) -> Result<bool, WalError> {
+        let key = object_key(self.node_id, seq);
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&key, PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => {
+                // Ours if an earlier attempt whose answer was lost landed.
+                let there = decode(self.store.get(&key).await?.bytes().await?)?;
+                Ok(there.header.nonce == self.nonce && !there.is_fence())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn submit(&self, durable: &Arc<Durable>, entry: Entry<'_>) {
+        let mut p = self.pending.lock();
+        p.builder.push(
+            entry.topic_id,
+            entry.partition,
+            entry.leader_epoch,
+            entry.base_offset,
+            entry.last_offset,
+            entry.header,
+            entry.records,
+        );
+        p.marks.push((durable.clone(), entry.last_offset + 1));
+        if p.builder.len() >= self.max_bytes {
+            self.kick.notify_one();
+        }
+    }
+
+    fn check(&self) -> Result<(), LogError> {
+        if self.is_fenced() {
+            return Err(LogError::Fenced);
+        }
+        let waiting =
+            self.pending.lock().builder.len() as u64 + self.in_flight.load(Ordering::Relaxed);
+        if waiting > (self.max_bytes * MAX_PENDING_FLUSHES) as u64 {
+            return Err(LogError::Backpressure);
+        }
+        Ok(())
+    }
+}
+
+struct Entry<'a> {
+    topic_id: Uuid,
+    partition: i32,
+    leader_epoch: i32,
+    base_offset: i64,
+    last_offset: i64,
+    header: &'a [u8],
+    records: &'a [u8],
+}
+
+/// One partition's view of the broker's WAL (the log's `HeadSink`).
+pub struct WalPartition {
+    wal: Arc<Wal>,
+    topic_id: Uuid,
+    partition: i32,
+    durable: Arc<Durable>,
+}
+
+impl HeadSink for WalPartition {
+    fn check(&self) -> Result<(), LogError> {
+        self.wal.check()
+    }
+
+    fn submit(
+        &self,
+        leader_epoch: i32,
+        base_offset: i64,
+        last_offset: i64,
+        header: &[u8],
+        records: &[u8],
+    ) {
+        self.wal.submit(
+            &self.durable,
+            Entry {
+                topic_id: self.topic_id,
+                partition: self.partition,
+                leader_epoch,
+                base_offset,
+                last_offset,
+                header,
+                records,
+            },
+        );
+    }
+
+    fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()> {
+        let mut rx = self.durable.subscribe();
+        Box::pin(async move {
+            let state = rx
+                .wait_for(|d| match d {
+                    Ok(at) => *at >= end,
+                    Err(_) => true,
+                })
+                .await
+                .map_err(|_| LogError::Fenced)?;
+            match &*state {
+                Ok(_) => Ok(()),
+                Err(_) => Err(LogError::Fenced),
+            }
+        })
+    }
+}
+
+/// Fences the WAL of broker `node_id`: writes a fence object at its next
+/// free sequence number, so that broker can acknowledge nothing more.
+/// Returns the fence's sequence number: every object the broker wrote and
+/// may have acknowledged lies below it.
+pub async fn fence(store: &Arc<dyn ObjectStore>, node_id: i32, by: i32) -> Result<u64, WalError> {
+    let mut seq = list_seqs(store, node_id).await?.last().map_or(1, |s| s + 1);
+    let opts = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    loop {
+        let fence = encode_fence(WalHeader {
+            node_id: by,
+            nonce: rand_nonce(),
+            seq,
+        });
+        match store
+            .put_opts(&object_key(node_id, seq), fence.into(), opts.clone())
+            .await
+        {
+            Ok(_) => return Ok(seq),
+            // The broker wrote that one first: it stays below the fence.
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => seq += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The batches of partition `partition` of `topic_id` in broker `node_id`'s
+/// objects below sequence `below`, from offset `from` on, in offset order
+/// and without overlaps.
+pub async fn read_partition(
+    store: &Arc<dyn ObjectStore>,
+    node_id: i32,
+    below: u64,
+    topic_id: Uuid,
+    partition: i32,
+    from: i64,
+) -> Result<Vec<Bytes>, WalError> {
+    let mut by_offset: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
+    for seq in list_seqs(store, node_id).await? {
+        if seq >= below {
+            break;
+        }
+        let object = match store.get(&object_key(node_id, seq)).await {
+            Ok(r) => decode(r.bytes().await?)?,
+            // Collected: everything in it was in a sealed segment already.
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for e in object.entries.iter().flatten() {
+            if e.topic_id == topic_id && e.partition == partition && e.last_offset >= from {
+                by_offset.insert(e.base_offset, (e.last_offset, object.batches_of(e)?));
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(by_offset.len());
+    let mut next = i64::MIN;
+    for (base, (last, bytes)) in by_offset {
+        if base >= next {
+            out.push(bytes);
+            next = last + 1;
+        }
+    }
+    Ok(out)
+}
+
+fn rand_nonce() -> u64 {
+    Uuid::new_v4().as_u64_pair().0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn store() -> Arc<dyn ObjectStore> {
+        Arc::new(InMemory::new())
+    }
+
+    async fn append(sink: &WalPartition, base: i64, last: i64, body: &[u8]) {
+        sink.check().unwrap();
+        sink.submit(0, base, last, b"H", body);
+    }
+
+    #[tokio::test]
+    async fn acknowledges_once_the_object_is_written_and_reads_back_per_partition() {
+        let store = store();
+        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let pa = wal.partition(a, 0, 0);
+        let pb = wal.partition(b, 3, 100);
+        append(&pa, 0, 1, b"a0").await;
+        append(&pb, 100, 100, b"b0").await;
+        append(&pa, 2, 2, b"a1").await;
+        let waiting = pa.wait_durable(3);
+        wal.flush().await;
+        waiting.await.unwrap();
+        pb.wait_durable(101).await.unwrap();
+        assert_eq!(
+            wal.puts.load(Ordering::Relaxed),
+            1,
+            "one object for both partitions"
+        );
+        let got = read_partition(&store, 1, u64::MAX, a, 0, 0).await.unwrap();
+        assert_eq!(
+            got,
+            vec![Bytes::from_static(b"Ha0"), Bytes::from_static(b"Ha1")]
+        );
+        let got = read_partition(&store, 1, u64::MAX, b, 3, 100)
+            .await
+            .unwrap();
+        assert_eq!(got, vec![Bytes::from_static(b"Hb0")]);
+        assert!(read_partition(&store, 1, u64::MAX, a, 0, 3)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_fenced_writer_acknowledges_nothing_more_and_a_reopened_one_goes_on() {
+        let store = store();
+        let wal = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let p = wal.partition(Uuid::from_u128(1), 0, 0);
+        append(&p, 0, 0, b"kept").await;
+        wal.flush().await;
+        p.wait_durable(1).await.unwrap();
+        let fence_seq = fence(&store, 7, 2).await.unwrap();
+        assert_eq!(fence_seq, 2);
+        append(&p, 1, 1, b"lost").await;
+        let waiting = p.wait_durable(2);
+        wal.flush().await;
+        assert!(matches!(waiting.await, Err(LogError::Fenced)));
+        assert!(matches!(p.check(), Err(LogError::Fenced)));
+        // Below the fence is exactly what was acknowledged.
+        let below = read_partition(&store, 7, fence_seq, Uuid::from_u128(1), 0, 0)
+            .await
+            .unwrap();
+        assert_eq!(below, vec![Bytes::from_static(b"Hkept")]);
+        // A new run of the broker starts after the fence.
+        let again = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let p = again.partition(Uuid::from_u128(1), 0, 1);
+        append(&p, 1, 1, b"new").await;
+        again.flush().await;
+        p.wait_durable(2).await.unwrap();
+        assert_eq!(list_seqs(&store, 7).await.unwrap(), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_put_that_landed_but_looked_failed_counts_as_written() {
+        let store = store();
+        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let mut builder = WalBuilder::default();
+        builder.push(Uuid::from_u128(1), 0, 0, 0, 0, b"H", b"x");
+        let header = WalHeader {
+            node_id: 1,
+            nonce: wal.nonce,
+            seq: 1,
+        };
+        let bytes = builder.finish(header);
+        assert!(wal.put(1, bytes.clone()).await.unwrap());
+        assert!(wal.put(1, bytes).await.unwrap(), "its own earlier write");
+        fence(&store, 1, 9).await.unwrap();
+        let other = Bytes::from_static(b"irrelevant");
+        assert!(!wal.put(2, other).await.unwrap(), "a fence is not ours");
+    }
+
+    #[tokio::test]
+    async fn overlapping_entries_read_back_once() {
+        let store = store();
+        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let id = Uuid::from_u128(5);
+        let p = wal.partition(id, 0, 0);
+        append(&p, 0, 4, b"first").await;
+        wal.flush().await;
+        append(&p, 5, 9, b"second").await;
+        wal.flush().await;
+        let got = read_partition(&store, 1, u64::MAX, id, 0, 3).await.unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Bytes::from_static(b"Hfirst"),
+                Bytes::from_static(b"Hsecond")
+            ]
+        );
+    }
+}
