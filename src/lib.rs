@@ -6,10 +6,13 @@
 //! `catalog` (topics, configs, producer ids), `log` (segments on disk), and
 //! beside them `compaction` (key indexes and streaming merges of sealed segments).
 //! Each layer talks to the next through narrow types: the API layer never
-//! touches files, the log never sees a socket or a protocol message.
+//! touches files, the log never sees a socket or a protocol message. Time and
+//! random ids come from `clock`, handed down from the server, so the group
+//! coordinator's timeouts can be tested without waiting for them.
 
 pub mod api;
 pub mod catalog;
+pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod coordinator;
