@@ -35,7 +35,7 @@ struct WantedPartition {
     partition: Result<Arc<Partition>, i16>,
 }
 
-pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
     if req.session_id != 0 {
         return FetchResponse::default()
             .with_error_code(ResponseError::FetchSessionIdNotFound.code());
