@@ -29,6 +29,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
 use crate::catalog::Catalog;
+use crate::clock::SharedClock;
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
 use dispatch::{Ctx, Encoder};
@@ -62,6 +63,7 @@ pub struct Broker {
     pub auto_create_topics: bool,
     pub fsync: FsyncPolicy,
     pub null_sink: bool,
+    pub clock: SharedClock,
 }
 
 impl Broker {
@@ -71,6 +73,7 @@ impl Broker {
         config: &BrokerConfig,
         host: String,
         port: i32,
+        clock: SharedClock,
     ) -> Broker {
         Broker {
             catalog,
@@ -82,6 +85,7 @@ impl Broker {
             auto_create_topics: config.auto_create_topics,
             fsync: config.fsync,
             null_sink: config.null_sink,
+            clock,
         }
     }
 

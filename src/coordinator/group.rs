@@ -5,8 +5,10 @@
 //! passes) → CompletingRebalance (the leader's SyncGroup brings the
 //! assignment) → Stable, and back to PreparingRebalance whenever membership or
 //! subscriptions change. Everything here is synchronous and takes the current
-//! time as an argument; waiting members get a oneshot receiver that a later
-//! call completes, so the coordinator can drive it from requests and a timer.
+//! time, and the randomness new member ids are drawn from, as arguments, so
+//! tests can drive it step by step; waiting members get a oneshot receiver
+//! that a later call completes, so the coordinator can drive it from requests
+//! and a timer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -16,6 +18,7 @@ use tokio::sync::oneshot;
 
 use super::records::{GroupValue, MemberValue, OffsetValue};
 use super::{CoordinatorConfig, CoordinatorError};
+use crate::clock::Random;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
@@ -282,21 +285,23 @@ impl Group {
         Ok(())
     }
 
+    /// JoinGroup; new member ids are drawn from `random`.
     pub fn join(
         &mut self,
         p: JoinParams,
         now: Instant,
         now_ms: i64,
         cfg: &CoordinatorConfig,
+        random: &dyn Random,
     ) -> Pending<JoinResult> {
         if !self.supports(&p.protocol_type, &p.protocols) {
             return Pending::Ready(Err(CoordinatorError::InconsistentGroupProtocol));
         }
         if let Some(iid) = p.instance_id.clone() {
-            return self.join_static(p, &iid, now, now_ms, cfg);
+            return self.join_static(p, &iid, now, now_ms, cfg, random);
         }
         if p.member_id.is_empty() {
-            let id = format!("{}-{}", p.client_id, uuid::Uuid::new_v4());
+            let id = format!("{}-{}", p.client_id, random.uuid());
             if p.require_known_member_id {
                 self.pending.insert(id.clone(), now + p.session_timeout);
                 return Pending::Ready(Err(CoordinatorError::MemberIdRequired(id)));
@@ -320,12 +325,13 @@ impl Group {
         now: Instant,
         now_ms: i64,
         cfg: &CoordinatorConfig,
+        random: &dyn Random,
     ) -> Pending<JoinResult> {
         let Some(old_id) = self.static_member(iid).map(|m| m.id.clone()) else {
             if !p.member_id.is_empty() {
                 return Pending::Ready(Err(CoordinatorError::UnknownMemberId));
             }
-            let id = format!("{iid}-{}", uuid::Uuid::new_v4());
+            let id = format!("{iid}-{}", random.uuid());
             return self.add_member_and_rebalance(id, p, now, now_ms, cfg);
         };
         if !p.member_id.is_empty() {
@@ -336,7 +342,7 @@ impl Group {
         }
         // A restarted static member: it takes over its old identity under a new
         // member id, and the old incarnation is fenced.
-        let new_id = format!("{iid}-{}", uuid::Uuid::new_v4());
+        let new_id = format!("{iid}-{}", random.uuid());
         let current_leader = self.leader.clone();
         let changed;
         {

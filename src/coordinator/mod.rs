@@ -14,13 +14,14 @@ pub mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::catalog::Catalog;
-use crate::log::{now_ms, LogError};
+use crate::clock::{SharedClock, SharedRandom};
+use crate::log::LogError;
 use group::{Group, GroupState, JoinParams, JoinReply, Pending, SyncReply};
 use records::{GroupValue, OffsetValue, RecordKey};
 use store::OffsetsStore;
@@ -126,6 +127,9 @@ pub struct GroupCoordinator {
     store: OffsetsStore,
     groups: Mutex<HashMap<String, Group>>,
     config: CoordinatorConfig,
+    clock: SharedClock,
+    /// Draws member ids.
+    random: SharedRandom,
 }
 
 impl GroupCoordinator {
@@ -134,9 +138,11 @@ impl GroupCoordinator {
         catalog: Arc<Catalog>,
         store: OffsetsStore,
         config: CoordinatorConfig,
+        clock: SharedClock,
+        random: SharedRandom,
     ) -> Result<GroupCoordinator, LogError> {
         let mut groups: HashMap<String, Group> = HashMap::new();
-        let now = Instant::now();
+        let now = clock.now();
         store
             .replay(|key, value| match (key, value) {
                 (
@@ -188,6 +194,8 @@ impl GroupCoordinator {
             store,
             groups: Mutex::new(groups),
             config,
+            clock,
+            random,
         })
     }
 
@@ -222,8 +230,14 @@ impl GroupCoordinator {
             let mut groups = self.groups.lock();
             let group = groups
                 .entry(group_id.to_string())
-                .or_insert_with(|| Group::new(group_id, now_ms()));
-            let pending = group.join(params, Instant::now(), now_ms(), &self.config);
+                .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
+            let pending = group.join(
+                params,
+                self.clock.now(),
+                self.clock.now_ms(),
+                &self.config,
+                &*self.random,
+            );
             self.persist_group(group);
             pending
         };
@@ -253,8 +267,8 @@ impl GroupCoordinator {
                 protocol_type,
                 protocol_name,
                 assignments,
-                Instant::now(),
-                now_ms(),
+                self.clock.now(),
+                self.clock.now_ms(),
             );
             self.persist_group(group);
             pending
@@ -273,7 +287,7 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
-        group.heartbeat(member_id, instance_id, generation, Instant::now())
+        group.heartbeat(member_id, instance_id, generation, self.clock.now())
     }
 
     /// LeaveGroup for each (member id, instance id); one result per member.
@@ -286,9 +300,10 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
+        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let results = members
             .iter()
-            .map(|(m, i)| group.leave(m, i.as_deref(), Instant::now(), now_ms(), &self.config))
+            .map(|(m, i)| group.leave(m, i.as_deref(), now, now_ms, &self.config))
             .collect();
         self.persist_group(group);
         Ok(results)
@@ -312,7 +327,7 @@ impl GroupCoordinator {
                 Some(g) => g,
                 None if simple => groups
                     .entry(group_id.to_string())
-                    .or_insert_with(|| Group::new(group_id, now_ms())),
+                    .or_insert_with(|| Group::new(group_id, self.clock.now_ms())),
                 None => return Err(CoordinatorError::IllegalGeneration),
             };
             if simple {
@@ -342,7 +357,7 @@ impl GroupCoordinator {
                     return Err(CoordinatorError::RebalanceInProgress);
                 }
             }
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let mut results = Vec::with_capacity(offsets.len());
             let mut records = Vec::new();
             let mut accepted = Vec::new();
@@ -572,8 +587,7 @@ impl GroupCoordinator {
     /// Timer work: expired sessions and rebalance deadlines, and with
     /// `expire_offsets`, offsets past offsets.retention.minutes.
     pub fn tick(&self, expire_offsets: bool) {
-        let now = Instant::now();
-        let now_ms = now_ms();
+        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let mut groups = self.groups.lock();
         let mut tombstones = Vec::new();
         for g in groups.values_mut() {

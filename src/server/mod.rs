@@ -6,7 +6,7 @@ pub mod frame;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::Broker;
 use crate::catalog::Catalog;
+use crate::clock::{self, SharedClock};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
@@ -53,23 +54,36 @@ impl Server {
                 "restored from the object store"
             );
         }
+        // The one place the broker reads the system clock and randomness;
+        // everything below is handed these.
+        let clock = clock::system();
+        let random = clock::os_random();
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
         let (catalog, offsets) = {
             let coordinator_config = coordinator_config.clone();
+            let clock = clock.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 let catalog = Arc::new(Catalog::open(&data_dir)?);
                 // Before the tier opens, so that a first start's new offsets
                 // topic gets its remote part with every other partition.
-                let offsets = OffsetsStore::open(&catalog, &coordinator_config)?;
+                let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock)?;
                 Ok((catalog, offsets))
             })
             .await??
         };
         let tier = Tier::open(store, catalog.clone(), &config).await?;
         // After the tier: the replay reads tiered offsets through it.
-        let coordinator =
-            Arc::new(GroupCoordinator::open(catalog.clone(), offsets, coordinator_config).await?);
+        let coordinator = Arc::new(
+            GroupCoordinator::open(
+                catalog.clone(),
+                offsets,
+                coordinator_config,
+                clock.clone(),
+                random,
+            )
+            .await?,
+        );
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let (host, port) = match &config.advertised_listener {
@@ -85,6 +99,7 @@ impl Server {
             &config,
             host.clone(),
             port,
+            clock.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(tier.clone().run(stop_rx.clone()));
@@ -105,6 +120,7 @@ impl Server {
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
         tokio::spawn(run_coordinator_timers(
             coordinator,
+            clock,
             retention_check,
             stop_rx.clone(),
         ));
@@ -233,18 +249,20 @@ async fn run_compaction_worker(
 /// Drives group timeouts (sessions, rebalances) and offset expiry.
 async fn run_coordinator_timers(
     coordinator: Arc<GroupCoordinator>,
+    clock: SharedClock,
     retention_check: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let mut last_expiry = Instant::now();
+    let mut last_expiry = clock.now();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
-                let expire = last_expiry.elapsed() >= retention_check;
+                let now = clock.now();
+                let expire = now.duration_since(last_expiry) >= retention_check;
                 if expire {
-                    last_expiry = Instant::now();
+                    last_expiry = now;
                 }
                 coordinator.tick(expire);
             }
