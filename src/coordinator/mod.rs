@@ -653,6 +653,7 @@ async fn resolve<T>(pending: Pending<T>) -> Result<T, CoordinatorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{ManualClock, SeededRandom};
 
     fn offset(ts: i64) -> OffsetValue {
         OffsetValue {
@@ -679,5 +680,96 @@ mod tests {
         let gone = expire(&mut g, 1_200, 1_000);
         assert_eq!(gone.len(), 1);
         assert_eq!(g.offsets.len(), 1);
+    }
+
+    /// A coordinator over a fresh data directory with one topic `t`, living by `clock`.
+    async fn coordinator(
+        dir: &std::path::Path,
+        clock: Arc<ManualClock>,
+        offsets_retention: Duration,
+    ) -> GroupCoordinator {
+        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        catalog.create_topic("t", 1, 1, &[]).unwrap();
+        let config = CoordinatorConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_secs(1),
+            max_session_timeout: Duration::from_secs(300),
+            offsets_retention,
+            max_metadata_bytes: 4096,
+            offsets_topic_segment_bytes: 1 << 20,
+            wait_for_fsync: false,
+        };
+        let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
+        let random = Arc::new(SeededRandom::new(1));
+        GroupCoordinator::open(catalog, store, config, clock, random)
+            .await
+            .unwrap()
+    }
+
+    fn committed(c: &GroupCoordinator) -> Option<i64> {
+        let fetched = c.fetch_offsets("g", Some(vec![("t".to_string(), vec![0])]));
+        fetched[0].1[0].1.as_ref().map(|v| v.offset)
+    }
+
+    #[tokio::test]
+    async fn offsets_of_a_group_left_empty_expire_once_retention_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let retention = Duration::from_secs(60);
+        let c = coordinator(dir.path(), clock.clone(), retention).await;
+        let joined = c
+            .join(
+                "g",
+                JoinParams {
+                    member_id: String::new(),
+                    instance_id: None,
+                    client_id: "client".to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".to_string(),
+                    protocols: vec![("range".to_string(), Bytes::new())],
+                    require_known_member_id: false,
+                },
+            )
+            .await
+            .unwrap();
+        let id = joined.member_id;
+        c.sync(
+            "g",
+            &id,
+            None,
+            1,
+            None,
+            None,
+            vec![(id.clone(), Bytes::new())],
+        )
+        .await
+        .unwrap();
+        let who = Committer {
+            member_id: id.clone(),
+            instance_id: None,
+            generation: 1,
+        };
+        let offset = OffsetCommit {
+            topic: "t".to_string(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &who, vec![offset]).await.unwrap();
+        // Retention counts from when the last member left, not from the commit.
+        clock.advance(Duration::from_secs(30));
+        c.leave("g", &[(id, None)]).unwrap();
+        assert_eq!(c.describe("g").unwrap().state, "Empty");
+        clock.advance(retention - Duration::from_secs(1));
+        c.tick(true);
+        assert_eq!(committed(&c), Some(5));
+        clock.advance(Duration::from_secs(1));
+        c.tick(false);
+        assert_eq!(committed(&c), Some(5), "expired without being asked to");
+        c.tick(true);
+        assert_eq!(committed(&c), None);
     }
 }
