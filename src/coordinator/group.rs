@@ -1020,11 +1020,11 @@ mod tests {
         }
         assert_eq!(
             h.member_ids(),
-            [a.clone(), b.clone()],
+            [a.as_str(), b.as_str()],
             "removed within the session"
         );
         h.advance(3 * SECOND);
-        assert_eq!(h.member_ids(), [a.clone()]);
+        assert_eq!(h.member_ids(), [a.as_str()]);
         // The survivor is told to rejoin and gets a generation of its own.
         assert_eq!(h.group.state, GroupState::PreparingRebalance);
         assert!(matches!(
@@ -1056,7 +1056,7 @@ mod tests {
         h.advance(5 * SECOND);
         let joined = rejoin.try_recv().unwrap().unwrap();
         assert_eq!(joined.generation, 2);
-        assert_eq!(h.member_ids(), [a]);
+        assert_eq!(h.member_ids(), [a.as_str()]);
         assert!(matches!(
             h.heartbeat(&b, 1),
             Err(CoordinatorError::UnknownMemberId)
