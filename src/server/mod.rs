@@ -54,8 +54,8 @@ impl Server {
                 "restored from the object store"
             );
         }
-        // The one place the broker reads the system clock and randomness;
-        // everything below is handed these.
+        // Built once and handed down; the coordinator and fetch read time only
+        // through these (tier, compaction and log do not yet).
         let clock = clock::system();
         let random = clock::os_random();
         let data_dir = config.data_dir.clone();
