@@ -16,10 +16,13 @@
 //!
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
-//! `config` holds the command line, which only `server` and `main` read.
+//! `config` holds the command line, which only `server` and `main` read;
+//! time and random ids come from `clock`, handed down from the server, so
+//! timeouts and retention can be tested without waiting for them.
 
 pub mod api;
 pub mod catalog;
+pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod coordinator;

@@ -12,7 +12,6 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use tokio::sync::watch;
-use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::error::log_error_code;
@@ -35,7 +34,7 @@ struct WantedPartition {
     partition: Result<Arc<Partition>, i16>,
 }
 
-pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
+pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
     if req.session_id != 0 {
         return FetchResponse::default()
             .with_error_code(ResponseError::FetchSessionIdNotFound.code());
@@ -84,7 +83,7 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
         })
         .collect();
 
-    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let deadline = broker.clock.now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
     let max_bytes = if req.max_bytes <= 0 {
         i32::MAX as usize
@@ -102,11 +101,12 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
             })
             .collect();
         let (topics, bytes, errors) = read_all(&wanted, max_bytes, version).await;
-        if bytes >= min_bytes || errors || watches.is_empty() || Instant::now() >= deadline {
+        let now = broker.clock.now();
+        if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
             return FetchResponse::default().with_responses(topics);
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+        if tokio::time::timeout(deadline - now, changed).await.is_err() {
             let (topics, _, _) = read_all(&wanted, max_bytes, version).await;
             return FetchResponse::default().with_responses(topics);
         }

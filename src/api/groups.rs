@@ -2,6 +2,7 @@
 //! LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
 //! DeleteGroups and OffsetDelete, translated to and from the coordinator.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
@@ -101,18 +102,18 @@ pub fn find_coordinator(
 }
 
 pub async fn join_group(
-    broker: &Broker,
+    broker: Arc<Broker>,
     req: JoinGroupRequest,
     version: i16,
-    client_id: &str,
-    client_host: &str,
+    client_id: String,
+    client_host: String,
 ) -> JoinGroupResponse {
     let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
     let params = JoinParams {
         member_id: req.member_id.to_string(),
         instance_id: opt(&req.group_instance_id),
-        client_id: client_id.to_string(),
-        client_host: client_host.to_string(),
+        client_id,
+        client_host,
         session_timeout: session,
         rebalance_timeout: if version >= 1 {
             Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64)
@@ -171,7 +172,11 @@ pub async fn join_group(
     }
 }
 
-pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub async fn sync_group(
+    broker: Arc<Broker>,
+    req: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
     let assignments = req
         .assignments
         .iter()
@@ -242,7 +247,7 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     }
 }
 
-pub async fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn offset_commit(broker: Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
     let who = Committer {
         member_id: req.member_id.to_string(),
         instance_id: opt(&req.group_instance_id),

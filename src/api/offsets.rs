@@ -1,5 +1,7 @@
 //! ListOffsets (earliest, latest, max timestamp, by timestamp) and DeleteRecords.
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -22,7 +24,7 @@ const EARLIEST_LOCAL: i64 = -4;
 
 /// Async because timestamp lookups may read tiered segments from the store.
 pub async fn list_offsets(
-    broker: &Broker,
+    broker: Arc<Broker>,
     req: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {

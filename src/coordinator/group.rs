@@ -5,8 +5,10 @@
 //! passes) → CompletingRebalance (the leader's SyncGroup brings the
 //! assignment) → Stable, and back to PreparingRebalance whenever membership or
 //! subscriptions change. Everything here is synchronous and takes the current
-//! time as an argument; waiting members get a oneshot receiver that a later
-//! call completes, so the coordinator can drive it from requests and a timer.
+//! time, and the randomness new member ids are drawn from, as arguments, so
+//! tests can drive it step by step; waiting members get a oneshot receiver
+//! that a later call completes, so the coordinator can drive it from requests
+//! and a timer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -16,6 +18,7 @@ use tokio::sync::oneshot;
 
 use super::records::{GroupValue, MemberValue, OffsetValue};
 use super::{CoordinatorConfig, CoordinatorError};
+use crate::clock::Random;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupState {
@@ -282,21 +285,23 @@ impl Group {
         Ok(())
     }
 
+    /// JoinGroup; new member ids are drawn from `random`.
     pub fn join(
         &mut self,
         p: JoinParams,
         now: Instant,
         now_ms: i64,
         cfg: &CoordinatorConfig,
+        random: &dyn Random,
     ) -> Pending<JoinResult> {
         if !self.supports(&p.protocol_type, &p.protocols) {
             return Pending::Ready(Err(CoordinatorError::InconsistentGroupProtocol));
         }
         if let Some(iid) = p.instance_id.clone() {
-            return self.join_static(p, &iid, now, now_ms, cfg);
+            return self.join_static(p, &iid, now, now_ms, cfg, random);
         }
         if p.member_id.is_empty() {
-            let id = format!("{}-{}", p.client_id, uuid::Uuid::new_v4());
+            let id = format!("{}-{}", p.client_id, random.uuid());
             if p.require_known_member_id {
                 self.pending.insert(id.clone(), now + p.session_timeout);
                 return Pending::Ready(Err(CoordinatorError::MemberIdRequired(id)));
@@ -320,12 +325,13 @@ impl Group {
         now: Instant,
         now_ms: i64,
         cfg: &CoordinatorConfig,
+        random: &dyn Random,
     ) -> Pending<JoinResult> {
         let Some(old_id) = self.static_member(iid).map(|m| m.id.clone()) else {
             if !p.member_id.is_empty() {
                 return Pending::Ready(Err(CoordinatorError::UnknownMemberId));
             }
-            let id = format!("{iid}-{}", uuid::Uuid::new_v4());
+            let id = format!("{iid}-{}", random.uuid());
             return self.add_member_and_rebalance(id, p, now, now_ms, cfg);
         };
         if !p.member_id.is_empty() {
@@ -336,7 +342,7 @@ impl Group {
         }
         // A restarted static member: it takes over its old identity under a new
         // member id, and the old incarnation is fenced.
-        let new_id = format!("{iid}-{}", uuid::Uuid::new_v4());
+        let new_id = format!("{iid}-{}", random.uuid());
         let current_leader = self.leader.clone();
         let changed;
         {
@@ -799,5 +805,307 @@ impl Group {
         topics.sort();
         topics.dedup();
         topics
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Debug;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, SeededRandom};
+
+    const SEED: u64 = 42;
+    const SESSION: Duration = Duration::from_secs(10);
+    const REBALANCE: Duration = Duration::from_secs(30);
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// A group with the clock it lives by and the ids it hands out.
+    struct Harness {
+        group: Group,
+        clock: Arc<ManualClock>,
+        random: SeededRandom,
+        cfg: CoordinatorConfig,
+    }
+
+    impl Harness {
+        fn new(initial_rebalance_delay: Duration) -> Harness {
+            let clock = ManualClock::new(1_700_000_000_000);
+            Harness {
+                group: Group::new("g", clock.now_ms()),
+                clock,
+                random: SeededRandom::new(SEED),
+                cfg: CoordinatorConfig {
+                    initial_rebalance_delay,
+                    min_session_timeout: SECOND,
+                    max_session_timeout: Duration::from_secs(300),
+                    offsets_retention: Duration::from_secs(7 * 24 * 3600),
+                    max_metadata_bytes: 4096,
+                    offsets_topic_segment_bytes: 1 << 20,
+                    wait_for_fsync: false,
+                },
+            }
+        }
+
+        fn join(&mut self, member_id: &str, instance_id: Option<&str>) -> Pending<JoinResult> {
+            let params = JoinParams {
+                member_id: member_id.to_string(),
+                instance_id: instance_id.map(str::to_string),
+                client_id: "client".to_string(),
+                client_host: "/127.0.0.1".to_string(),
+                session_timeout: SESSION,
+                rebalance_timeout: REBALANCE,
+                protocol_type: "consumer".to_string(),
+                protocols: vec![("range".to_string(), Bytes::from_static(b"subscription"))],
+                require_known_member_id: true,
+            };
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            self.group
+                .join(params, now, now_ms, &self.cfg, &self.random)
+        }
+
+        /// The MEMBER_ID_REQUIRED handshake of a new dynamic member, then its join.
+        fn join_new(&mut self) -> (String, Pending<JoinResult>) {
+            let id = match ready(self.join("", None)) {
+                Err(CoordinatorError::MemberIdRequired(id)) => id,
+                other => panic!("expected MEMBER_ID_REQUIRED, got {other:?}"),
+            };
+            let pending = self.join(&id, None);
+            (id, pending)
+        }
+
+        fn sync(
+            &mut self,
+            member_id: &str,
+            instance_id: Option<&str>,
+            generation: i32,
+            assignments: &[(&str, &[u8])],
+        ) -> Pending<SyncResult> {
+            let assignments = assignments
+                .iter()
+                .map(|(id, a)| (id.to_string(), Bytes::copy_from_slice(a)))
+                .collect();
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            self.group.sync(
+                member_id,
+                instance_id,
+                generation,
+                None,
+                None,
+                assignments,
+                now,
+                now_ms,
+            )
+        }
+
+        fn heartbeat(&mut self, member_id: &str, generation: i32) -> Result<(), CoordinatorError> {
+            let now = self.clock.now();
+            self.group.heartbeat(member_id, None, generation, now)
+        }
+
+        /// Moves the clock and lets the coordinator's timer run once.
+        fn advance(&mut self, by: Duration) {
+            self.clock.advance(by);
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            self.group.tick(now, now_ms, &self.cfg);
+        }
+
+        /// Two dynamic members, joined in one generation (1) and synced:
+        /// (leader, follower).
+        fn stable_pair(&mut self) -> (String, String) {
+            assert!(!self.cfg.initial_rebalance_delay.is_zero());
+            let (a, a_join) = self.join_new();
+            let (b, b_join) = self.join_new();
+            self.advance(self.cfg.initial_rebalance_delay);
+            let (a_join, b_join) = (answer(a_join).unwrap(), answer(b_join).unwrap());
+            assert_eq!((a_join.generation, b_join.generation), (1, 1));
+            assert_eq!(a_join.leader, a);
+            let b_sync = self.sync(&b, None, 1, &[]);
+            let plan = [(a.as_str(), &b"a-parts"[..]), (b.as_str(), &b"b-parts"[..])];
+            let a_sync = self.sync(&a, None, 1, &plan);
+            assert_eq!(answer(a_sync).unwrap().assignment, &b"a-parts"[..]);
+            assert_eq!(answer(b_sync).unwrap().assignment, &b"b-parts"[..]);
+            assert_eq!(self.group.state, GroupState::Stable);
+            (a, b)
+        }
+
+        fn member_ids(&self) -> Vec<String> {
+            self.group.members().map(|m| m.id.clone()).collect()
+        }
+    }
+
+    /// An answer given at once.
+    fn ready<T: Debug>(pending: Pending<T>) -> Result<T, CoordinatorError> {
+        match pending {
+            Pending::Ready(r) => r,
+            Pending::Wait(_) => panic!("expected an answer at once"),
+        }
+    }
+
+    /// The answer, given at once or already sent to the waiting member.
+    fn answer<T: Debug>(pending: Pending<T>) -> Result<T, CoordinatorError> {
+        match pending {
+            Pending::Ready(r) => r,
+            Pending::Wait(mut rx) => rx.try_recv().expect("no answer yet"),
+        }
+    }
+
+    fn waiting<T: Debug>(pending: Pending<T>) -> oneshot::Receiver<Result<T, CoordinatorError>> {
+        match pending {
+            Pending::Wait(rx) => rx,
+            Pending::Ready(r) => panic!("expected to wait, got {r:?}"),
+        }
+    }
+
+    #[test]
+    fn new_member_gets_member_id_required_then_joins_with_that_id() {
+        let mut h = Harness::new(Duration::ZERO);
+        let (id, join) = h.join_new();
+        assert_eq!(id, format!("client-{}", SeededRandom::new(SEED).uuid()));
+        let joined = answer(join).unwrap();
+        assert_eq!(joined.member_id, id);
+        assert_eq!(joined.leader, id);
+        assert_eq!(joined.generation, 1);
+        assert_eq!(joined.members.len(), 1, "the leader gets the member list");
+        assert_eq!(h.group.state, GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn joining_with_an_id_never_handed_out_is_unknown_member() {
+        let mut h = Harness::new(Duration::ZERO);
+        assert!(matches!(
+            ready(h.join("client-made-up", None)),
+            Err(CoordinatorError::UnknownMemberId)
+        ));
+    }
+
+    #[test]
+    fn initial_rebalance_delay_holds_the_first_join_until_the_clock_passes_it() {
+        let mut h = Harness::new(3 * SECOND);
+        let (_, join) = h.join_new();
+        let mut join = waiting(join);
+        h.advance(2 * SECOND);
+        assert!(join.try_recv().is_err(), "answered inside the delay");
+        assert_eq!(h.group.state, GroupState::PreparingRebalance);
+        h.advance(SECOND);
+        assert_eq!(join.try_recv().unwrap().unwrap().generation, 1);
+    }
+
+    #[test]
+    fn members_joining_during_the_initial_delay_land_in_one_generation() {
+        let mut h = Harness::new(3 * SECOND);
+        let (_, first) = h.join_new();
+        let mut first = waiting(first);
+        h.advance(2 * SECOND);
+        // The second joiner restarts the delay.
+        let (_, second) = h.join_new();
+        let mut second = waiting(second);
+        h.advance(2 * SECOND);
+        assert!(first.try_recv().is_err(), "the delay was not extended");
+        h.advance(SECOND);
+        let (first, second) = (first.try_recv().unwrap(), second.try_recv().unwrap());
+        assert_eq!(first.unwrap().generation, 1);
+        assert_eq!(second.unwrap().generation, 1);
+    }
+
+    #[test]
+    fn member_that_stops_heartbeating_is_removed_after_session_timeout() {
+        let mut h = Harness::new(3 * SECOND);
+        let (a, b) = h.stable_pair();
+        // Only `a` keeps heartbeating.
+        for _ in 0..2 {
+            h.advance(4 * SECOND);
+            h.heartbeat(&a, 1).unwrap();
+        }
+        assert_eq!(
+            h.member_ids(),
+            [a.as_str(), b.as_str()],
+            "removed within the session"
+        );
+        h.advance(3 * SECOND);
+        assert_eq!(h.member_ids(), [a.as_str()]);
+        // The survivor is told to rejoin and gets a generation of its own.
+        assert_eq!(h.group.state, GroupState::PreparingRebalance);
+        assert!(matches!(
+            h.heartbeat(&a, 1),
+            Err(CoordinatorError::RebalanceInProgress)
+        ));
+        let rejoined = answer(h.join(&a, None)).unwrap();
+        assert_eq!(rejoined.generation, 2);
+        assert_eq!(rejoined.members.len(), 1);
+    }
+
+    #[test]
+    fn rebalance_timeout_evicts_members_that_did_not_rejoin() {
+        let mut h = Harness::new(3 * SECOND);
+        let (a, b) = h.stable_pair();
+        // The leader rejoining starts a rebalance; `b` stays alive but never rejoins.
+        let mut rejoin = waiting(h.join(&a, None));
+        for _ in 0..5 {
+            h.advance(5 * SECOND);
+            assert!(matches!(
+                h.heartbeat(&b, 1),
+                Err(CoordinatorError::RebalanceInProgress)
+            ));
+        }
+        assert!(
+            rejoin.try_recv().is_err(),
+            "completed before the rebalance timeout"
+        );
+        h.advance(5 * SECOND);
+        let joined = rejoin.try_recv().unwrap().unwrap();
+        assert_eq!(joined.generation, 2);
+        assert_eq!(h.member_ids(), [a.as_str()]);
+        assert!(matches!(
+            h.heartbeat(&b, 1),
+            Err(CoordinatorError::UnknownMemberId)
+        ));
+    }
+
+    #[test]
+    fn static_member_rejoining_within_its_session_keeps_its_assignment_and_fences_the_old_one() {
+        let mut h = Harness::new(Duration::ZERO);
+        let old = answer(h.join("", Some("instance-1"))).unwrap();
+        assert_eq!(old.generation, 1);
+        let plan = [(old.member_id.as_str(), &b"parts"[..])];
+        answer(h.sync(&old.member_id, Some("instance-1"), 1, &plan)).unwrap();
+        // Restarted: same instance id, no member id, inside the session.
+        h.advance(SESSION / 2);
+        let new = answer(h.join("", Some("instance-1"))).unwrap();
+        assert_ne!(new.member_id, old.member_id);
+        assert_eq!(new.generation, 1, "no rebalance");
+        assert_eq!(h.group.state, GroupState::Stable);
+        let synced = answer(h.sync(&new.member_id, Some("instance-1"), 1, &[])).unwrap();
+        assert_eq!(synced.assignment, &b"parts"[..]);
+        // The old incarnation is fenced.
+        assert!(matches!(
+            h.group
+                .heartbeat(&old.member_id, Some("instance-1"), 1, h.clock.now()),
+            Err(CoordinatorError::FencedInstanceId)
+        ));
+        assert!(matches!(
+            answer(h.sync(&old.member_id, Some("instance-1"), 1, &[])),
+            Err(CoordinatorError::FencedInstanceId)
+        ));
+    }
+
+    #[test]
+    fn heartbeat_and_sync_from_an_old_generation_get_illegal_generation() {
+        let mut h = Harness::new(3 * SECOND);
+        let (a, b) = h.stable_pair();
+        let a_join = h.join(&a, None);
+        let b_join = h.join(&b, None);
+        assert_eq!(answer(a_join).unwrap().generation, 2);
+        assert_eq!(answer(b_join).unwrap().generation, 2);
+        assert!(matches!(
+            h.heartbeat(&b, 1),
+            Err(CoordinatorError::IllegalGeneration)
+        ));
+        assert!(matches!(
+            answer(h.sync(&b, None, 1, &[])),
+            Err(CoordinatorError::IllegalGeneration)
+        ));
+        h.heartbeat(&b, 2).unwrap();
     }
 }

@@ -14,13 +14,14 @@ pub mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::catalog::Catalog;
-use crate::log::{now_ms, LogError};
+use crate::clock::{SharedClock, SharedRandom};
+use crate::log::LogError;
 use group::{Group, GroupState, JoinParams, JoinReply, Pending, SyncReply};
 use records::{GroupValue, OffsetValue, RecordKey};
 use store::OffsetsStore;
@@ -126,6 +127,9 @@ pub struct GroupCoordinator {
     store: OffsetsStore,
     groups: Mutex<HashMap<String, Group>>,
     config: CoordinatorConfig,
+    clock: SharedClock,
+    /// Draws member ids.
+    random: SharedRandom,
 }
 
 impl GroupCoordinator {
@@ -134,9 +138,11 @@ impl GroupCoordinator {
         catalog: Arc<Catalog>,
         store: OffsetsStore,
         config: CoordinatorConfig,
+        clock: SharedClock,
+        random: SharedRandom,
     ) -> Result<GroupCoordinator, LogError> {
         let mut groups: HashMap<String, Group> = HashMap::new();
-        let now = Instant::now();
+        let now = clock.now();
         store
             .replay(|key, value| match (key, value) {
                 (
@@ -188,6 +194,8 @@ impl GroupCoordinator {
             store,
             groups: Mutex::new(groups),
             config,
+            clock,
+            random,
         })
     }
 
@@ -222,8 +230,14 @@ impl GroupCoordinator {
             let mut groups = self.groups.lock();
             let group = groups
                 .entry(group_id.to_string())
-                .or_insert_with(|| Group::new(group_id, now_ms()));
-            let pending = group.join(params, Instant::now(), now_ms(), &self.config);
+                .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
+            let pending = group.join(
+                params,
+                self.clock.now(),
+                self.clock.now_ms(),
+                &self.config,
+                &*self.random,
+            );
             self.persist_group(group);
             pending
         };
@@ -253,8 +267,8 @@ impl GroupCoordinator {
                 protocol_type,
                 protocol_name,
                 assignments,
-                Instant::now(),
-                now_ms(),
+                self.clock.now(),
+                self.clock.now_ms(),
             );
             self.persist_group(group);
             pending
@@ -273,7 +287,7 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
-        group.heartbeat(member_id, instance_id, generation, Instant::now())
+        group.heartbeat(member_id, instance_id, generation, self.clock.now())
     }
 
     /// LeaveGroup for each (member id, instance id); one result per member.
@@ -286,9 +300,10 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
+        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let results = members
             .iter()
-            .map(|(m, i)| group.leave(m, i.as_deref(), Instant::now(), now_ms(), &self.config))
+            .map(|(m, i)| group.leave(m, i.as_deref(), now, now_ms, &self.config))
             .collect();
         self.persist_group(group);
         Ok(results)
@@ -312,7 +327,7 @@ impl GroupCoordinator {
                 Some(g) => g,
                 None if simple => groups
                     .entry(group_id.to_string())
-                    .or_insert_with(|| Group::new(group_id, now_ms())),
+                    .or_insert_with(|| Group::new(group_id, self.clock.now_ms())),
                 None => return Err(CoordinatorError::IllegalGeneration),
             };
             if simple {
@@ -342,7 +357,7 @@ impl GroupCoordinator {
                     return Err(CoordinatorError::RebalanceInProgress);
                 }
             }
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let mut results = Vec::with_capacity(offsets.len());
             let mut records = Vec::new();
             let mut accepted = Vec::new();
@@ -572,8 +587,7 @@ impl GroupCoordinator {
     /// Timer work: expired sessions and rebalance deadlines, and with
     /// `expire_offsets`, offsets past offsets.retention.minutes.
     pub fn tick(&self, expire_offsets: bool) {
-        let now = Instant::now();
-        let now_ms = now_ms();
+        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let mut groups = self.groups.lock();
         let mut tombstones = Vec::new();
         for g in groups.values_mut() {
@@ -639,6 +653,7 @@ async fn resolve<T>(pending: Pending<T>) -> Result<T, CoordinatorError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{ManualClock, SeededRandom};
 
     fn offset(ts: i64) -> OffsetValue {
         OffsetValue {
@@ -665,5 +680,96 @@ mod tests {
         let gone = expire(&mut g, 1_200, 1_000);
         assert_eq!(gone.len(), 1);
         assert_eq!(g.offsets.len(), 1);
+    }
+
+    /// A coordinator over a fresh data directory with one topic `t`, living by `clock`.
+    async fn coordinator(
+        dir: &std::path::Path,
+        clock: Arc<ManualClock>,
+        offsets_retention: Duration,
+    ) -> GroupCoordinator {
+        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        catalog.create_topic("t", 1, 1, &[]).unwrap();
+        let config = CoordinatorConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_secs(1),
+            max_session_timeout: Duration::from_secs(300),
+            offsets_retention,
+            max_metadata_bytes: 4096,
+            offsets_topic_segment_bytes: 1 << 20,
+            wait_for_fsync: false,
+        };
+        let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
+        let random = Arc::new(SeededRandom::new(1));
+        GroupCoordinator::open(catalog, store, config, clock, random)
+            .await
+            .unwrap()
+    }
+
+    fn committed(c: &GroupCoordinator) -> Option<i64> {
+        let fetched = c.fetch_offsets("g", Some(vec![("t".to_string(), vec![0])]));
+        fetched[0].1[0].1.as_ref().map(|v| v.offset)
+    }
+
+    #[tokio::test]
+    async fn offsets_of_a_group_left_empty_expire_once_retention_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let retention = Duration::from_secs(60);
+        let c = coordinator(dir.path(), clock.clone(), retention).await;
+        let joined = c
+            .join(
+                "g",
+                JoinParams {
+                    member_id: String::new(),
+                    instance_id: None,
+                    client_id: "client".to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".to_string(),
+                    protocols: vec![("range".to_string(), Bytes::new())],
+                    require_known_member_id: false,
+                },
+            )
+            .await
+            .unwrap();
+        let id = joined.member_id;
+        c.sync(
+            "g",
+            &id,
+            None,
+            1,
+            None,
+            None,
+            vec![(id.clone(), Bytes::new())],
+        )
+        .await
+        .unwrap();
+        let who = Committer {
+            member_id: id.clone(),
+            instance_id: None,
+            generation: 1,
+        };
+        let offset = OffsetCommit {
+            topic: "t".to_string(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &who, vec![offset]).await.unwrap();
+        // Retention counts from when the last member left, not from the commit.
+        clock.advance(Duration::from_secs(30));
+        c.leave("g", &[(id, None)]).unwrap();
+        assert_eq!(c.describe("g").unwrap().state, "Empty");
+        clock.advance(retention - Duration::from_secs(1));
+        c.tick(true);
+        assert_eq!(committed(&c), Some(5));
+        clock.advance(Duration::from_secs(1));
+        c.tick(false);
+        assert_eq!(committed(&c), Some(5), "expired without being asked to");
+        c.tick(true);
+        assert_eq!(committed(&c), None);
     }
 }

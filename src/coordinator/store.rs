@@ -12,8 +12,9 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use super::records::RecordKey;
 use super::CoordinatorConfig;
 use crate::catalog::{Catalog, CatalogError};
+use crate::clock::SharedClock;
 use crate::format::batch::{encode_batch, BatchHeader};
-use crate::log::{now_ms, AppendConfig, LogError, Partition};
+use crate::log::{AppendConfig, LogError, Partition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -21,6 +22,8 @@ pub struct OffsetsStore {
     partition: Arc<Partition>,
     append_config: AppendConfig,
     wait_for_fsync: bool,
+    /// Stamps the records.
+    clock: SharedClock,
 }
 
 impl OffsetsStore {
@@ -29,6 +32,7 @@ impl OffsetsStore {
     pub fn open(
         catalog: &Catalog,
         config: &CoordinatorConfig,
+        clock: SharedClock,
     ) -> Result<OffsetsStore, CatalogError> {
         let topic = match catalog.topic(OFFSETS_TOPIC) {
             Some(t) => t,
@@ -57,6 +61,7 @@ impl OffsetsStore {
             partition,
             append_config,
             wait_for_fsync: config.wait_for_fsync,
+            clock,
         })
     }
 
@@ -65,7 +70,7 @@ impl OffsetsStore {
         if records.is_empty() {
             return Ok(self.partition.end_offset());
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let records = records
             .iter()
             .map(|(key, value)| (Some(key.encode()), value.clone(), now))

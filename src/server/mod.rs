@@ -6,7 +6,7 @@ pub mod frame;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::Broker;
 use crate::catalog::Catalog;
+use crate::clock::{self, SharedClock};
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
@@ -58,6 +59,10 @@ impl Server {
                 "restored from the object store"
             );
         }
+        // Built once and handed down; the coordinator and fetch read time only
+        // through these (tier, compaction and log do not yet).
+        let clock = clock::system();
+        let random = clock::os_random();
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
         let scheduler_settings = SchedulerSettings {
@@ -67,11 +72,12 @@ impl Server {
         };
         let (catalog, offsets, scheduler) = {
             let coordinator_config = coordinator_config.clone();
+            let clock = clock.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
                 let catalog = Arc::new(Catalog::open(&data_dir)?);
                 // Before the tier opens, so that a first start's new offsets
                 // and jobs topics get their remote parts with every other partition.
-                let offsets = OffsetsStore::open(&catalog, &coordinator_config)?;
+                let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock)?;
                 let scheduler = Scheduler::open(catalog.clone(), scheduler_settings)?;
                 Ok((catalog, offsets, Arc::new(scheduler)))
             })
@@ -79,8 +85,16 @@ impl Server {
         };
         let tier = Tier::open(store, catalog.clone(), &config).await?;
         // After the tier: the replay reads tiered offsets through it.
-        let coordinator =
-            Arc::new(GroupCoordinator::open(catalog.clone(), offsets, coordinator_config).await?);
+        let coordinator = Arc::new(
+            GroupCoordinator::open(
+                catalog.clone(),
+                offsets,
+                coordinator_config,
+                clock.clone(),
+                random,
+            )
+            .await?,
+        );
         let listener = TcpListener::bind(config.listen).await?;
         let local_addr = listener.local_addr()?;
         let (host, port) = match &config.advertised_listener {
@@ -96,6 +110,7 @@ impl Server {
             &config,
             host.clone(),
             port,
+            clock.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(tier.clone().run(stop_rx.clone()));
@@ -127,6 +142,7 @@ impl Server {
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
         tokio::spawn(run_coordinator_timers(
             coordinator,
+            clock,
             retention_check,
             stop_rx.clone(),
         ));
@@ -298,18 +314,20 @@ async fn schedule_compactions(
 /// Drives group timeouts (sessions, rebalances) and offset expiry.
 async fn run_coordinator_timers(
     coordinator: Arc<GroupCoordinator>,
+    clock: SharedClock,
     retention_check: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let mut last_expiry = Instant::now();
+    let mut last_expiry = clock.now();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
-                let expire = last_expiry.elapsed() >= retention_check;
+                let now = clock.now();
+                let expire = now.duration_since(last_expiry) >= retention_check;
                 if expire {
-                    last_expiry = Instant::now();
+                    last_expiry = now;
                 }
                 coordinator.tick(expire);
             }
