@@ -20,12 +20,12 @@
 //! time and random ids come from `clock`, handed down from the server, so
 //! timeouts and retention can be tested without waiting for them.
 
-pub mod api;
+pub(crate) mod api;
 pub mod catalog;
 pub mod clock;
 pub mod compaction;
 pub mod config;
-pub mod coordinator;
+pub(crate) mod coordinator;
 pub mod format;
 pub mod log;
 pub mod manifest;

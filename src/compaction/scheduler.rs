@@ -22,8 +22,9 @@ use super::job::{JobSpec, JOBS_TOPIC};
 use super::policy::{self, SegmentDesc};
 use crate::catalog::config::COMPACTION_POLICY;
 use crate::catalog::{Catalog, CatalogError, Topic};
+use crate::clock::SharedClock;
 use crate::format::batch::encode_batch;
-use crate::log::{now_ms, LogError};
+use crate::log::LogError;
 use crate::manifest::Manifest;
 
 /// Partitions of the job topic: jobs spread over this many workers at most.
@@ -52,6 +53,7 @@ pub struct SchedulerSettings {
 pub struct Scheduler {
     catalog: Arc<Catalog>,
     settings: SchedulerSettings,
+    clock: SharedClock,
     outstanding: Mutex<HashMap<(Uuid, i32), Outstanding>>,
     pub jobs_queued: AtomicU64,
 }
@@ -61,6 +63,7 @@ impl Scheduler {
     pub fn open(
         catalog: Arc<Catalog>,
         settings: SchedulerSettings,
+        clock: SharedClock,
     ) -> Result<Scheduler, CatalogError> {
         if catalog.topic(JOBS_TOPIC).is_none() {
             catalog.create_topic(
@@ -78,6 +81,7 @@ impl Scheduler {
         Ok(Scheduler {
             catalog,
             settings,
+            clock,
             outstanding: Mutex::new(HashMap::new()),
             jobs_queued: AtomicU64::new(0),
         })
@@ -90,13 +94,14 @@ impl Scheduler {
         let key = (topic.id(), partition);
         let config = topic.config();
         let descs: Vec<SegmentDesc> = manifest.segments.iter().map(SegmentDesc::from).collect();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let jobs = policy::disjoint_jobs(policy::for_topic(&config).as_ref(), &descs, now);
         let mut outstanding = self.outstanding.lock();
         if let Some(o) = outstanding.get_mut(&key) {
             let present: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
+            let instant = self.clock.now();
             o.jobs.retain(|(sources, at)| {
-                at.elapsed() < self.settings.requeue_after
+                instant.duration_since(*at) < self.settings.requeue_after
                     && sources.iter().all(|k| present.contains(k.as_str()))
             });
             if o.jobs.is_empty() {
@@ -141,7 +146,11 @@ impl Scheduler {
             .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} lost partition {index}")))?;
         let value = serde_json::to_vec(&job).map_err(|e| LogError::Corrupt(e.to_string()))?;
         let batch = encode_batch(
-            vec![(Some(Bytes::from(key)), Some(Bytes::from(value)), now_ms())],
+            vec![(
+                Some(Bytes::from(key)),
+                Some(Bytes::from(value)),
+                self.clock.now_ms(),
+            )],
             None,
             Compression::None,
         )?;
@@ -153,7 +162,7 @@ impl Scheduler {
             level = job.target_level,
             "queued compaction job"
         );
-        let now = Instant::now();
+        let now = self.clock.now();
         self.outstanding
             .lock()
             .entry((job.topic_id, job.partition))
@@ -170,10 +179,11 @@ impl Scheduler {
     /// Whether jobs are outstanding for the partition and its manifest was
     /// not reread for a while (a worker elsewhere may have finished them).
     pub fn should_check(&self, topic_id: Uuid, partition: i32) -> bool {
+        let now = self.clock.now();
         let mut outstanding = self.outstanding.lock();
         match outstanding.get_mut(&(topic_id, partition)) {
-            Some(o) if o.checked.elapsed() >= CHECK_EVERY => {
-                o.checked = Instant::now();
+            Some(o) if now.duration_since(o.checked) >= CHECK_EVERY => {
+                o.checked = now;
                 true
             }
             _ => false,
@@ -187,5 +197,91 @@ impl Scheduler {
                 .iter()
                 .any(|p| p.end_offset() > p.log_start_offset())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::manifest::{TieredSegment, WriterEpoch};
+
+    const START: i64 = 1_700_000_000_000;
+
+    fn scheduler(dir: &std::path::Path, clock: Arc<ManualClock>) -> (Arc<Catalog>, Scheduler) {
+        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let settings = SchedulerSettings {
+            delete_delay_ms: 0,
+            max_run_ms: 1000,
+            requeue_after: Duration::from_secs(300),
+        };
+        let s = Scheduler::open(catalog.clone(), settings, clock).unwrap();
+        (catalog, s)
+    }
+
+    fn manifest(segments: usize, max_timestamp: i64) -> Manifest {
+        let w = WriterEpoch::new(1);
+        Manifest::empty(w.clone()).next(&w, |m| {
+            for i in 0..segments as i64 {
+                m.segments.push(TieredSegment {
+                    key: format!("s/{i}"),
+                    base_offset: i * 10,
+                    next_offset: i * 10 + 10,
+                    max_timestamp,
+                    max_timestamp_position: 0,
+                    size: 100,
+                    level: 0,
+                    batch_count: 1,
+                });
+            }
+        })
+    }
+
+    #[test]
+    fn a_lone_segment_of_a_compacted_topic_is_merged_once_max_compaction_lag_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(START);
+        let (catalog, s) = scheduler(dir.path(), clock.clone());
+        let topic = catalog
+            .create_topic(
+                "t",
+                1,
+                1,
+                &[
+                    ("cleanup.policy", Some("compact")),
+                    ("max.compaction.lag.ms", Some("60000")),
+                ],
+            )
+            .unwrap();
+        let m = manifest(1, START);
+        assert!(s.due(&topic, 0, &m).is_empty());
+        clock.advance(Duration::from_secs(61));
+        let due = s.due(&topic, 0, &m);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].sources, vec!["s/0".to_string()]);
+        assert_eq!(due[0].queued_ms, START + 61_000);
+    }
+
+    #[test]
+    fn a_queued_job_is_queued_again_only_after_requeue_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(START);
+        let (catalog, s) = scheduler(dir.path(), clock.clone());
+        let topic = catalog.create_topic("t", 1, 1, &[]).unwrap();
+        let m = manifest(4, START);
+        let due = s.due(&topic, 0, &m);
+        assert_eq!(due.len(), 1, "four level-0 segments make one merge");
+        assert!(!s.has_jobs());
+        s.queue(due[0].clone()).unwrap();
+        assert!(s.has_jobs());
+        assert!(s.due(&topic, 0, &m).is_empty(), "it may still be running");
+        assert!(!s.should_check(topic.id(), 0));
+        clock.advance(CHECK_EVERY);
+        assert!(
+            s.should_check(topic.id(), 0),
+            "a worker elsewhere may be done"
+        );
+        clock.advance(Duration::from_secs(300));
+        assert_eq!(s.due(&topic, 0, &m).len(), 1, "lost, so queued again");
     }
 }

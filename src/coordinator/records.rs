@@ -87,12 +87,6 @@ impl RecordKey {
             v => Err(RecordError(format!("unknown key version {v}"))),
         }
     }
-
-    pub fn group(&self) -> &str {
-        match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
-        }
-    }
 }
 
 impl OffsetValue {

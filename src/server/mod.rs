@@ -77,13 +77,13 @@ impl Server {
                 let catalog = Arc::new(Catalog::open(&data_dir)?);
                 // Before the tier opens, so that a first start's new offsets
                 // and jobs topics get their remote parts with every other partition.
-                let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock)?;
-                let scheduler = Scheduler::open(catalog.clone(), scheduler_settings)?;
+                let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock.clone())?;
+                let scheduler = Scheduler::open(catalog.clone(), scheduler_settings, clock)?;
                 Ok((catalog, offsets, Arc::new(scheduler)))
             })
             .await??
         };
-        let tier = Tier::open(store, catalog.clone(), &config).await?;
+        let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
         // After the tier: the replay reads tiered offsets through it.
         let coordinator = Arc::new(
             GroupCoordinator::open(

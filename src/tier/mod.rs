@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::catalog::Catalog;
+use crate::clock::SharedClock;
 use crate::config::BrokerConfig;
 use crate::manifest::{Manifest, ManifestError};
 use cache::BlockCache;
@@ -94,6 +95,7 @@ impl Tier {
         store: Arc<dyn ObjectStore>,
         catalog: Arc<Catalog>,
         config: &BrokerConfig,
+        clock: SharedClock,
     ) -> Result<Arc<Tier>, TierError> {
         let cache = BlockCache::new(store.clone(), config.cache_bytes);
         let partitions = Arc::new(TieredPartitions::new(
@@ -101,6 +103,7 @@ impl Tier {
             catalog.clone(),
             cache,
             config.node_id,
+            clock,
         ));
         // Until its manifest is loaded a partition cannot tell tiered offsets
         // from a gap, so the broker does not start without the store.
@@ -185,5 +188,88 @@ impl Tier {
     /// Whether produce is being refused because uploads lag.
     pub fn backpressure_active(&self) -> bool {
         self.uploader.backpressure_active()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::format::batch::encode_batch;
+    use bytes::Bytes;
+    use clap::Parser;
+    use futures::TryStreamExt;
+    use kafka_protocol::records::Compression;
+    use object_store::memory::InMemory;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        config: BrokerConfig,
+    }
+
+    #[tokio::test]
+    async fn segments_leave_manifest_and_store_once_the_clock_passes_retention() {
+        const START: i64 = 1_700_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            Args::parse_from(["strata", "--data-dir", dir.path().to_str().unwrap()]).config;
+        let catalog = Arc::new(Catalog::open(dir.path()).unwrap());
+        let topic = catalog
+            .create_topic(
+                "t",
+                1,
+                1,
+                &[
+                    ("retention.ms", Some("60000")),
+                    ("segment.bytes", Some("1024")),
+                ],
+            )
+            .unwrap();
+        let clock = ManualClock::new(START);
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let tier = Tier::open(store.clone(), catalog, &config, clock.clone())
+            .await
+            .unwrap();
+        let partition = topic.partition(0).unwrap();
+        for i in 0..20 {
+            let value = Bytes::from(vec![b'v'; 200]);
+            let key = Bytes::from(format!("k{i}"));
+            let batch = encode_batch(
+                vec![(Some(key), Some(value), START)],
+                None,
+                Compression::None,
+            )
+            .unwrap();
+            partition.append(&batch, &topic.append_config()).unwrap();
+        }
+        tier.pass().await;
+        let tiered = tier.manifest_of("t", 0).unwrap();
+        let tiered_end = tiered.end_offset().expect("sealed segments were uploaded");
+        assert!(tiered.segments.len() >= 2);
+        let objects = || async {
+            let listed: Vec<_> = store
+                .list(Some(&object_store::path::Path::from("topics/t")))
+                .try_collect()
+                .await
+                .unwrap();
+            listed
+                .iter()
+                .filter(|o| o.location.as_ref().contains("/segments/"))
+                .count()
+        };
+        assert!(objects().await > 0);
+
+        clock.advance(Duration::from_secs(59));
+        tier.pass().await;
+        assert_eq!(tier.manifest_of("t", 0).unwrap().log_start_offset, 0);
+
+        clock.advance(Duration::from_secs(2));
+        tier.pass().await;
+        let expired = tier.manifest_of("t", 0).unwrap();
+        assert!(expired.segments.is_empty());
+        assert_eq!(expired.log_start_offset, tiered_end);
+        assert_eq!(partition.log_start_offset(), tiered_end);
+        assert_eq!(objects().await, 0);
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use std::time::Instant;
 use uuid::Uuid;
 
 use super::partitions::TieredPartitions;
@@ -27,19 +27,20 @@ impl OrphanScan {
         interval: Duration,
     ) -> OrphanScan {
         OrphanScan {
+            last_scan: Mutex::new(partitions.clock.now()),
             partitions,
             min_age,
             interval,
-            last_scan: Mutex::new(Instant::now()),
         }
     }
 
     pub(super) async fn scan_if_due(&self) {
         let due = {
+            let now = self.partitions.clock.now();
             let mut last = self.last_scan.lock();
-            let due = last.elapsed() >= self.interval;
+            let due = now.duration_since(*last) >= self.interval;
             if due {
-                *last = Instant::now();
+                *last = now;
             }
             due
         };

@@ -9,13 +9,14 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use parking_lot::Mutex;
-use tokio::time::Instant;
+use std::time::Instant;
 use uuid::Uuid;
 
 use super::cache::BlockCache;
 use super::remote::TieredPartition;
 use super::TierError;
 use crate::catalog::{Catalog, Topic};
+use crate::clock::SharedClock;
 use crate::log::Partition;
 use crate::manifest::{manifest_dir, partition_prefix, Manifest, ManifestStore, WriterEpoch};
 
@@ -28,6 +29,7 @@ pub struct TierStats {
 }
 
 pub(super) struct TieredPartitions {
+    pub(super) clock: SharedClock,
     store: Arc<dyn ObjectStore>,
     pub(super) catalog: Arc<Catalog>,
     cache: BlockCache,
@@ -42,8 +44,10 @@ impl TieredPartitions {
         catalog: Arc<Catalog>,
         cache: BlockCache,
         node_id: i32,
+        clock: SharedClock,
     ) -> TieredPartitions {
         TieredPartitions {
+            clock,
             store,
             catalog,
             cache,
@@ -166,20 +170,29 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Per-partition exponential backoff after failures, so a job does not
 /// hammer a store that keeps failing for one partition.
-#[derive(Default)]
 pub(super) struct Backoffs {
+    clock: SharedClock,
     by_partition: Mutex<HashMap<(Uuid, i32), (Instant, Duration)>>,
 }
 
 impl Backoffs {
+    pub(super) fn new(clock: SharedClock) -> Backoffs {
+        Backoffs {
+            clock,
+            by_partition: Mutex::new(HashMap::new()),
+        }
+    }
+
     pub(super) fn ready(&self, key: (Uuid, i32)) -> bool {
+        let now = self.clock.now();
         self.by_partition
             .lock()
             .get(&key)
-            .is_none_or(|(next_try, _)| Instant::now() >= *next_try)
+            .is_none_or(|(next_try, _)| now >= *next_try)
     }
 
     pub(super) fn record<T, E>(&self, key: (Uuid, i32), result: &Result<T, E>) {
+        let now = self.clock.now();
         let mut map = self.by_partition.lock();
         match result {
             Ok(_) => {
@@ -187,7 +200,7 @@ impl Backoffs {
             }
             Err(_) => {
                 let delay = map.get(&key).map_or(BACKOFF_MIN, |(_, d)| *d);
-                map.insert(key, (Instant::now() + delay, (delay * 2).min(BACKOFF_MAX)));
+                map.insert(key, (now + delay, (delay * 2).min(BACKOFF_MAX)));
             }
         }
     }

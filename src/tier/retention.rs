@@ -9,7 +9,7 @@ use super::partitions::{Backoffs, TieredPartitions};
 use super::remote::TieredPartition;
 use super::TierError;
 use crate::catalog::Topic;
-use crate::log::{now_ms, Partition};
+use crate::log::Partition;
 use crate::manifest::{objects, TieredSegment};
 
 pub(super) struct Retention {
@@ -20,8 +20,8 @@ pub(super) struct Retention {
 impl Retention {
     pub(super) fn new(partitions: Arc<TieredPartitions>) -> Retention {
         Retention {
+            backoffs: Backoffs::new(partitions.clock.clone()),
             partitions,
-            backoffs: Backoffs::default(),
         }
     }
 
@@ -69,7 +69,7 @@ impl Retention {
                 .collect();
             let retention_ms = number("retention.ms");
             if retention_ms >= 0 {
-                let cutoff = now_ms().saturating_sub(retention_ms);
+                let cutoff = self.partitions.clock.now_ms().saturating_sub(retention_ms);
                 for s in &live {
                     if s.max_timestamp >= cutoff {
                         break;

@@ -35,8 +35,8 @@ pub(super) struct Uploader {
 impl Uploader {
     pub(super) fn new(partitions: Arc<TieredPartitions>, max_pending: u64) -> Uploader {
         Uploader {
+            backoffs: Backoffs::new(partitions.clock.clone()),
             partitions,
-            backoffs: Backoffs::default(),
             backpressure: Arc::new(AtomicBool::new(false)),
             max_pending,
         }
