@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod catalog;
+pub mod cluster;
 pub mod compaction;
 pub mod config;
 pub mod coordinator;
