@@ -406,7 +406,23 @@ async fn one_controller_at_a_time_and_another_takes_over_when_its_lease_goes() {
     .await
     .controller
     .unwrap();
-    assert!(brokers.contains_key(&third));
+
+    // Resigning hands the role over at once, without waiting for a lease.
+    let resigned = Instant::now();
+    let b = brokers.remove(&third).unwrap();
+    b.controller.resign().await.unwrap();
+    let fourth = until(&view, "a controller after resigning", |s| {
+        s.controller.is_some_and(|c| c != third)
+    })
+    .await
+    .controller
+    .unwrap();
+    assert!(resigned.elapsed() < TTL, "waited for a lease to expire");
+    assert_eq!(brokers.keys().copied().collect::<Vec<_>>(), [fourth]);
+    assert!(
+        matches!(b.member.lease_state(), LeaseState::Live { .. }),
+        "resigning left the cluster"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -195,9 +195,14 @@ pub(crate) async fn read_state(etcd: &Etcd) -> Result<ClusterState> {
     Ok(ClusterState::decode(etcd.keys(), revision, &raw))
 }
 
-/// Runs for as long as its member: campaigns whenever there is no controller,
-/// and keeps the assignment up to date while elected.
+/// A broker's candidacy: campaigns whenever there is no controller, and keeps
+/// the assignment up to date while elected. The role is bound to the member's
+/// lease, so [`Member::leave`] (or a crash) ends it; to stop being a candidate
+/// while staying a member, [`Controller::resign`]. Merely dropping this stops
+/// the work but not the role, as a hung controller would.
 pub struct Controller {
+    etcd: Etcd,
+    lease: watch::Receiver<LeaseState>,
     elected: watch::Receiver<bool>,
     task: JoinHandle<()>,
 }
@@ -211,7 +216,27 @@ impl Controller {
             member.subscribe(),
             tx,
         ));
-        Controller { elected, task }
+        Controller {
+            etcd: member.etcd().clone(),
+            lease: member.subscribe(),
+            elected,
+            task,
+        }
+    }
+
+    /// Stops campaigning and gives up the role if held, so that another
+    /// broker takes over at once.
+    pub async fn resign(self) -> Result<()> {
+        self.task.abort();
+        let LeaseState::Live { lease, .. } = *self.lease.borrow() else {
+            return Ok(());
+        };
+        let key = self.etcd.keys().controller();
+        let txn = Txn::new()
+            .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
+            .and_then([TxnOp::delete(key, None)]);
+        self.etcd.txn(txn).await?;
+        Ok(())
     }
 
     /// Whether this broker believes it is the controller right now.

@@ -18,8 +18,6 @@ pub enum ClusterError {
     Etcd(String),
     #[error("node id {0} is already registered by a live broker")]
     NodeIdInUse(NodeId),
-    #[error("this broker's etcd lease is lost")]
-    LeaseLost,
     #[error("not the controller: deposed or never elected")]
     NotController,
     #[error("topic {0:?} already exists")]
@@ -42,10 +40,7 @@ impl ClusterError {
     pub fn is_retriable(&self) -> bool {
         matches!(
             self,
-            ClusterError::Unavailable(_)
-                | ClusterError::LeaseLost
-                | ClusterError::NotController
-                | ClusterError::Conflict(_)
+            ClusterError::Unavailable(_) | ClusterError::NotController | ClusterError::Conflict(_)
         )
     }
 }

@@ -19,6 +19,8 @@ use super::error::{ClusterError, Result};
 use super::url::ClusterUrl;
 use super::NodeId;
 
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Where each piece of cluster metadata lives under the prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
@@ -83,10 +85,14 @@ impl Etcd {
     /// Connects lazily: an unreachable etcd makes requests fail (retriably),
     /// not this call.
     pub async fn connect(url: &ClusterUrl, timeout: Duration) -> Result<Etcd> {
+        // HTTP/2 pings find connections that died silently (a network cut),
+        // which would otherwise stall a watch forever. etcd refuses pings more
+        // often than every 5 s (--grpc-keepalive-min-time) or on idle
+        // connections, closing the connection on clients that do.
         let options = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_keep_alive(timeout, timeout)
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, timeout)
+            .with_keep_alive_while_idle(false);
         let client = tokio::time::timeout(timeout, Client::connect(url.endpoints(), Some(options)))
             .await
             .map_err(|_| ClusterError::Unavailable(format!("connecting to {url} timed out")))??;

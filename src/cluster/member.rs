@@ -276,6 +276,10 @@ async fn keep_alive_loop(
                     tx.send_replace(LeaseState::Live { lease, revision });
                     break;
                 }
+                Err(e @ ClusterError::NodeIdInUse(_)) => {
+                    tracing::warn!(error = %e, "cannot register again");
+                    tokio::time::sleep(retry).await;
+                }
                 Err(e) => {
                     tracing::debug!(node = info.node_id, error = %e, "registering again failed");
                     tokio::time::sleep(retry).await;
