@@ -47,6 +47,11 @@ impl Term {
     /// while another broker is controller. A key already held under the same
     /// lease is this broker's own term, resumed.
     pub async fn campaign(etcd: &Etcd, node_id: NodeId, lease: i64) -> Result<Option<Term>> {
+        Ok(Term::campaign_at(etcd, node_id, lease).await?.0)
+    }
+
+    /// [`Term::campaign`], also returning the revision it saw.
+    async fn campaign_at(etcd: &Etcd, node_id: NodeId, lease: i64) -> Result<(Option<Term>, i64)> {
         let key = etcd.keys().controller();
         let value = serde_json::to_vec(&ControllerRecord { node_id }).expect("serializable");
         let txn = Txn::new()
@@ -58,22 +63,24 @@ impl Term {
             )])
             .or_else([TxnOp::get(key, None)]);
         let resp = etcd.txn(txn).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
         let token = if resp.succeeded() {
-            resp.header().map_or(0, |h| h.revision())
+            revision
         } else {
             match resp.op_responses().into_iter().next() {
                 Some(etcd_client::TxnOpResponse::Get(g)) => match g.kvs().first() {
                     Some(kv) if kv.lease() == lease => kv.create_revision(),
-                    _ => return Ok(None),
+                    _ => return Ok((None, revision)),
                 },
-                _ => return Ok(None),
+                _ => return Ok((None, revision)),
             }
         };
-        Ok(Some(Term {
+        let term = Term {
             etcd: etcd.clone(),
             node_id,
             token,
-        }))
+        };
+        Ok((Some(term), revision))
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -270,11 +277,12 @@ async fn controller_loop(
             }
             continue;
         };
-        let term = match Term::campaign(&etcd, node_id, id).await {
-            Ok(Some(term)) => term,
-            Ok(None) => {
+        let term = match Term::campaign_at(&etcd, node_id, id).await {
+            Ok((Some(term), _)) => term,
+            Ok((None, seen)) => {
                 // Someone else leads: wait for its key to change, or our lease.
-                if !wait_for_change(&etcd, &etcd.keys().controller(), 0, &mut lease).await {
+                let key = etcd.keys().controller();
+                if !wait_for_change(&etcd, &key, seen + 1, &mut lease).await {
                     return;
                 }
                 continue;
@@ -318,9 +326,9 @@ async fn controller_loop(
     }
 }
 
-/// Waits until something under `prefix` changes (from `revision`, or from now
-/// if 0), the lease state changes, or the resync period passes. False once
-/// the member is gone.
+/// Waits until something under `prefix` changes from `revision` on, the
+/// lease state changes, or the resync period passes. False once the member is
+/// gone.
 async fn wait_for_change(
     etcd: &Etcd,
     prefix: &str,
