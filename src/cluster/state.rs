@@ -221,3 +221,98 @@ fn decode_into<T: serde::de::DeserializeOwned>(
 ) -> bool {
     serde_json::from_slice(bytes).ok().and_then(f).is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(entries: &[(&str, &str, i64)]) -> BTreeMap<String, RawKv> {
+        entries
+            .iter()
+            .map(|(k, v, rev)| {
+                let kv = RawKv {
+                    value: v.as_bytes().to_vec(),
+                    mod_revision: *rev,
+                    create_revision: rev - 1,
+                };
+                (k.to_string(), kv)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn decodes_every_kind_of_key_and_skips_what_does_not_parse() {
+        let id = Uuid::from_u128(7);
+        let keys = Keys::new("/c");
+        let raw = raw(&[
+            (
+                "/c/brokers/1",
+                r#"{"node_id":1,"host":"h","port":9092}"#,
+                10,
+            ),
+            (
+                "/c/brokers/2",
+                r#"{"node_id":3,"host":"h","port":9092}"#,
+                11,
+            ),
+            ("/c/brokers/4", "not json", 12),
+            ("/c/controller", r#"{"node_id":1}"#, 13),
+            (
+                "/c/topics/a/b",
+                &format!(r#"{{"id":"{id}","partitions":2,"config":{{"k":"v"}}}}"#),
+                14,
+            ),
+            (
+                &format!("/c/assignment/{id}"),
+                r#"{"0":{"leader":1,"epoch":3},"1":{"leader":1,"epoch":0,"handover_to":2}}"#,
+                15,
+            ),
+            ("/c/assignment/not-a-uuid", "{}", 16),
+            (
+                &format!("/c/released/{id}/1"),
+                r#"{"leader":1,"epoch":0}"#,
+                17,
+            ),
+            ("/c/producer_ids/next", "1000", 18),
+            (
+                "/other/brokers/5",
+                r#"{"node_id":5,"host":"h","port":1}"#,
+                19,
+            ),
+        ]);
+        let s = ClusterState::decode(&keys, 20, &raw);
+        assert_eq!(s.revision, 20);
+        assert_eq!(
+            s.brokers.keys().copied().collect::<Vec<_>>(),
+            [1],
+            "id must match the key"
+        );
+        assert_eq!((s.controller, s.controller_token), (Some(1), 12));
+        let topic = &s.topics["a/b"];
+        assert_eq!(
+            (topic.value.id, topic.value.partitions, topic.mod_revision),
+            (id, 2, 14)
+        );
+        assert_eq!(s.leader_of(id, 0), Some((1, 3)));
+        assert_eq!(s.leader_of(id, 2), None);
+        assert_eq!(s.assignment.len(), 1);
+        assert_eq!(
+            s.partitions_led_by(1)
+                .iter()
+                .map(|p| p.handover_to)
+                .collect::<Vec<_>>(),
+            [None, Some(2)]
+        );
+        assert_eq!(
+            s.release_acks().into_iter().collect::<Vec<_>>(),
+            [ReleaseAck {
+                topic: id,
+                partition: 1,
+                leader: 1,
+                epoch: 0
+            }]
+        );
+        assert_eq!(s.partition_counts(), BTreeMap::from([(id, 2)]));
+        assert!(!s.settled(), "a handover is pending");
+    }
+}
