@@ -711,6 +711,12 @@ async fn an_etcd_outage_gives_retriable_errors_and_the_cluster_recovers_after_re
         .expect("create hung while etcd was down")
         .expect_err("create succeeded without etcd");
     assert!(err.is_retriable(), "{err}");
+    let err = tokio::time::timeout(bounded, join(&url, 3))
+        .await
+        .expect("join hung while etcd was down")
+        .err()
+        .expect("joined without etcd");
+    assert!(err.is_retriable(), "{err}");
     let blocks = ProducerIdBlocks::new(b2.member.etcd().clone());
     let err = tokio::time::timeout(bounded, blocks.allocate(10))
         .await
