@@ -33,11 +33,12 @@ impl EtcdServer {
             eprintln!("skipping: no `etcd` binary on PATH (Debian package etcd-server)");
             return None;
         }
+        let [client_port, peer_port] = free_ports();
         let mut server = EtcdServer {
             child: None,
             dir: tempfile::tempdir().unwrap(),
-            client_port: free_port(),
-            peer_port: free_port(),
+            client_port,
+            peer_port,
         };
         server.spawn();
         Some(server)
@@ -119,12 +120,13 @@ impl Drop for EtcdServer {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Distinct ports nobody listens on (held together while choosing, so the
+/// kernel cannot hand out the same one twice).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
 }
 
 fn info(node_id: NodeId) -> BrokerInfo {
