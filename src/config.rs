@@ -52,6 +52,29 @@ pub struct BrokerConfig {
     #[arg(long, env = "STRATA_FSYNC_INTERVAL_MS", default_value_t = 1000)]
     pub fsync_interval_ms: u64,
 
+    /// Run as one broker of a cluster coordinated through etcd:
+    /// `etcd://host:2379[,host:2379...]/prefix`. Every broker of a cluster
+    /// needs its own --node-id and data directory and the same --store; an
+    /// acknowledged acks=all write is then in the store, not only on this
+    /// machine. Without it the broker runs alone, as before.
+    #[arg(long, env = "STRATA_CLUSTER")]
+    pub cluster: Option<String>,
+
+    /// Cluster mode: the lease time-to-live; a broker silent this long loses
+    /// its partitions to the others.
+    #[arg(long, env = "STRATA_CLUSTER_LEASE_TTL_MS", default_value_t = 6000)]
+    pub cluster_lease_ttl_ms: u64,
+
+    /// Cluster mode: how often the new batches of every partition this
+    /// broker leads are written to the store as one write-ahead log object.
+    #[arg(long, env = "STRATA_WAL_FLUSH_MS", default_value_t = 50)]
+    pub wal_flush_ms: u64,
+
+    /// Cluster mode: a write-ahead log object is written sooner once this
+    /// many bytes are pending.
+    #[arg(long, env = "STRATA_WAL_MAX_BYTES", default_value_t = 4 << 20)]
+    pub wal_max_bytes: usize,
+
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "STRATA_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,
@@ -218,7 +241,7 @@ impl BrokerConfig {
             // Kafka's offset.metadata.max.bytes.
             max_metadata_bytes: 4096,
             offsets_topic_segment_bytes: self.offsets_topic_segment_bytes,
-            wait_for_fsync: self.fsync == FsyncPolicy::Always,
+            wait_for_fsync: self.fsync == FsyncPolicy::Always || self.cluster.is_some(),
         }
     }
 

@@ -59,12 +59,7 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
                 .into_iter()
                 .map(|fp| {
                     let p = match &topic {
-                        Ok(_) if fp.current_leader_epoch > 0 => {
-                            Err(ResponseError::UnknownLeaderEpoch.code())
-                        }
-                        Ok(t) => t
-                            .partition(fp.partition)
-                            .ok_or(ResponseError::UnknownTopicOrPartition.code()),
+                        Ok(t) => broker.served_partition(t, fp.partition, fp.current_leader_epoch),
                         Err(code) => Err(*code),
                     };
                     WantedPartition {

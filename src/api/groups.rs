@@ -28,6 +28,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::Broker;
 use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
+use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
 
 const GROUP_KEY_TYPE: i8 = 0;
@@ -48,6 +49,7 @@ pub fn error_code(e: &CoordinatorError) -> i16 {
         CoordinatorError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         CoordinatorError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         CoordinatorError::Storage(_) => ResponseError::CoordinatorNotAvailable,
+        CoordinatorError::NotCoordinator => ResponseError::NotCoordinator,
     }
     .code()
 }
@@ -64,6 +66,19 @@ fn opt(v: &Option<StrBytes>) -> Option<String> {
     v.as_ref().map(|x| x.to_string())
 }
 
+/// Every group's coordinator: this broker alone, or in cluster mode the
+/// leader of the offsets topic's partition (it has one), as in Kafka.
+fn group_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
+    let Some(cluster) = &broker.cluster else {
+        return Some((broker.node_id, broker.host.clone(), broker.port));
+    };
+    let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
+    let (leader, _) = cluster.leader_of(offsets.id(), 0)?;
+    super::metadata::brokers(broker)
+        .into_iter()
+        .find(|(id, _, _)| *id == leader)
+}
+
 pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
@@ -78,9 +93,16 @@ pub fn find_coordinator(
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
-        c.with_node_id(BrokerId(broker.node_id))
-            .with_host(s(&broker.host))
-            .with_port(broker.port)
+        match group_coordinator(broker) {
+            Some((node, host, port)) => c
+                .with_node_id(BrokerId(node))
+                .with_host(s(&host))
+                .with_port(port),
+            None => c
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_node_id(BrokerId(-1))
+                .with_port(-1),
+        }
     };
     if version >= 4 {
         return FindCoordinatorResponse::default()

@@ -1,4 +1,7 @@
-//! Metadata and DescribeCluster: one broker, leader of every partition.
+//! Metadata and DescribeCluster: alone, one broker leading every partition;
+//! in cluster mode every live broker, and each partition's assigned leader
+//! and leader epoch (replicas and ISR are the leader alone: the data lives in
+//! the object store, not on followers).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -52,6 +55,14 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
                         };
                         if let Err(e) = validate_topic_name(&n) {
                             err(catalog_error_code(&e))
+                        } else if allow_auto_create
+                            && broker.auto_create_topics
+                            && broker.cluster.is_some()
+                        {
+                            // Created through etcd; the client retries until
+                            // the topic has a leader.
+                            create_in_cluster(broker, &n);
+                            err(ResponseError::LeaderNotAvailable.code())
                         } else if allow_auto_create && broker.auto_create_topics {
                             match catalog.create_topic(&n, broker.num_partitions, 1, &[]) {
                                 Ok(t) => describe_topic(broker, &t, version),
@@ -65,28 +76,89 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
             })
             .collect(),
     };
+    let brokers = brokers(broker)
+        .into_iter()
+        .map(|(id, host, port)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port)
+        })
+        .collect();
     MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(broker.node_id))
-            .with_host(StrBytes::from_string(broker.host.clone()))
-            .with_port(broker.port)])
-        .with_cluster_id(Some(StrBytes::from_string(
-            catalog.cluster_id().to_string(),
-        )))
-        .with_controller_id(BrokerId(broker.node_id))
+        .with_brokers(brokers)
+        .with_cluster_id(Some(StrBytes::from_string(cluster_id(broker))))
+        .with_controller_id(BrokerId(controller_id(broker)))
         .with_topics(topics)
 }
 
+/// (node id, host, port) of every live broker.
+pub(super) fn brokers(broker: &Broker) -> Vec<(i32, String, i32)> {
+    match &broker.cluster {
+        None => vec![(broker.node_id, broker.host.clone(), broker.port)],
+        Some(c) => c
+            .brokers()
+            .into_iter()
+            .map(|b| (b.node_id, b.host, b.port as i32))
+            .collect(),
+    }
+}
+
+fn cluster_id(broker: &Broker) -> String {
+    match &broker.cluster {
+        None => broker.catalog.cluster_id().to_string(),
+        Some(c) => c.cluster_id().to_string(),
+    }
+}
+
+fn controller_id(broker: &Broker) -> i32 {
+    match &broker.cluster {
+        None => broker.node_id,
+        Some(c) => c.controller().unwrap_or(-1),
+    }
+}
+
+/// Auto-creates a topic in cluster mode, in the background: the catalog
+/// follows once etcd has it.
+fn create_in_cluster(broker: &Broker, name: &str) {
+    let Some(cluster) = broker.cluster.clone() else {
+        return;
+    };
+    let (name, partitions) = (name.to_string(), broker.num_partitions);
+    tokio::spawn(async move {
+        let created = cluster
+            .topics()
+            .create(&name, partitions, Default::default())
+            .await;
+        if let Err(e) = created {
+            tracing::debug!(topic = name, error = %e, "auto-creating a topic failed");
+        }
+    });
+}
+
+/// The partition's leader and leader epoch.
+pub(super) fn leader(broker: &Broker, topic: &Topic, partition: i32) -> Option<(i32, i32)> {
+    match &broker.cluster {
+        None => Some((broker.node_id, 0)),
+        Some(c) => c.leader_of(topic.id(), partition),
+    }
+}
+
 fn describe_topic(broker: &Broker, topic: &Topic, version: i16) -> MetadataResponseTopic {
-    let node = BrokerId(broker.node_id);
     let partitions = (0..topic.partition_count() as i32)
         .map(|i| {
-            MetadataResponsePartition::default()
-                .with_partition_index(i)
-                .with_leader_id(node)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+            let p = MetadataResponsePartition::default().with_partition_index(i);
+            match leader(broker, topic, i) {
+                Some((node, epoch)) => p
+                    .with_leader_id(BrokerId(node))
+                    .with_leader_epoch(epoch)
+                    .with_replica_nodes(vec![BrokerId(node)])
+                    .with_isr_nodes(vec![BrokerId(node)]),
+                None => p
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(-1),
+            }
         })
         .collect();
     MetadataResponseTopic::default()
@@ -107,13 +179,17 @@ pub fn describe_cluster(
     _req: DescribeClusterRequest,
     _version: i16,
 ) -> DescribeClusterResponse {
+    let brokers = brokers(broker)
+        .into_iter()
+        .map(|(id, host, port)| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port)
+        })
+        .collect();
     DescribeClusterResponse::default()
-        .with_cluster_id(StrBytes::from_string(
-            broker.catalog.cluster_id().to_string(),
-        ))
-        .with_controller_id(BrokerId(broker.node_id))
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(broker.node_id))
-            .with_host(StrBytes::from_string(broker.host.clone()))
-            .with_port(broker.port)])
+        .with_cluster_id(StrBytes::from_string(cluster_id(broker)))
+        .with_controller_id(BrokerId(controller_id(broker)))
+        .with_brokers(brokers)
 }

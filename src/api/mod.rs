@@ -30,6 +30,7 @@ use kafka_protocol::protocol::Decodable;
 
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
+use crate::cluster::ClusterNode;
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
 use dispatch::{Ctx, Encoder};
@@ -64,9 +65,57 @@ pub struct Broker {
     pub fsync: FsyncPolicy,
     pub null_sink: bool,
     pub clock: SharedClock,
+    /// Cluster mode: the brokers, the leaders, and what this one serves.
+    pub cluster: Option<Arc<ClusterNode>>,
+}
+
+/// Whether this broker answers for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// This broker serves it, at this leader epoch.
+    Serve(i32),
+    /// Another broker leads it (or nobody yet): NOT_LEADER_OR_FOLLOWER, with
+    /// the leader's node and epoch where known.
+    Elsewhere(Option<(i32, i32)>),
 }
 
 impl Broker {
+    /// The partition, if this broker serves it at the epoch the client
+    /// believes current (-1: any); else the Kafka error code to answer with.
+    pub(crate) fn served_partition(
+        &self,
+        topic: &crate::catalog::Topic,
+        index: i32,
+        client_epoch: i32,
+    ) -> Result<Arc<crate::log::Partition>, i16> {
+        use kafka_protocol::error::ResponseError;
+        let partition = topic
+            .partition(index)
+            .ok_or(ResponseError::UnknownTopicOrPartition.code())?;
+        match self.route(topic.id(), index) {
+            Route::Elsewhere(_) => Err(ResponseError::NotLeaderOrFollower.code()),
+            Route::Serve(epoch) if client_epoch >= 0 && client_epoch > epoch => {
+                Err(ResponseError::UnknownLeaderEpoch.code())
+            }
+            Route::Serve(epoch) if client_epoch >= 0 && client_epoch < epoch => {
+                Err(ResponseError::FencedLeaderEpoch.code())
+            }
+            Route::Serve(_) => Ok(partition),
+        }
+    }
+
+    /// Who answers for `partition` of `topic_id`: always this broker when
+    /// it runs alone.
+    pub(crate) fn route(&self, topic_id: uuid::Uuid, partition: i32) -> Route {
+        match &self.cluster {
+            None => Route::Serve(0),
+            Some(c) => match c.serving(topic_id, partition) {
+                Some(epoch) => Route::Serve(epoch),
+                None => Route::Elsewhere(c.leader_of(topic_id, partition)),
+            },
+        }
+    }
+
     pub fn new(
         catalog: Arc<Catalog>,
         coordinator: Arc<GroupCoordinator>,
@@ -74,6 +123,7 @@ impl Broker {
         host: String,
         port: i32,
         clock: SharedClock,
+        cluster: Option<Arc<ClusterNode>>,
     ) -> Broker {
         Broker {
             catalog,
@@ -86,6 +136,7 @@ impl Broker {
             fsync: config.fsync,
             null_sink: config.null_sink,
             clock,
+            cluster,
         }
     }
 

@@ -35,11 +35,16 @@ pub async fn list_offsets(
         for p in t.partitions {
             let resp =
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-            let Some(partition) = topic.as_ref().and_then(|t| t.partition(p.partition_index))
-            else {
-                partitions
-                    .push(resp.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
-                continue;
+            let served = match &topic {
+                Some(t) => broker.served_partition(t, p.partition_index, p.current_leader_epoch),
+                None => Err(ResponseError::UnknownTopicOrPartition.code()),
+            };
+            let partition = match served {
+                Ok(partition) => partition,
+                Err(code) => {
+                    partitions.push(resp.with_error_code(code));
+                    continue;
+                }
             };
             if p.timestamp < EARLIEST_LOCAL {
                 // -5 (latest tiered) and beyond belong to versions not advertised.
@@ -51,7 +56,11 @@ pub async fn list_offsets(
                     .with_offset(offset)
                     .with_timestamp(timestamp)
                     // The field exists from v4 on; encoding it earlier fails.
-                    .with_leader_epoch(if version >= 4 { 0 } else { -1 }),
+                    .with_leader_epoch(if version >= 4 {
+                        partition.leader_epoch()
+                    } else {
+                        -1
+                    }),
                 Ok(None) => resp.with_offset(-1).with_timestamp(-1),
                 Err(e) => resp.with_error_code(log_error_code(&e)),
             });
@@ -90,11 +99,13 @@ pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecor
                 .map(|p| {
                     let resp = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
-                    match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
-                        None => resp
-                            .with_low_watermark(-1)
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                        Some(partition) => match partition.delete_records(p.offset) {
+                    let served = match &topic {
+                        Some(t) => broker.served_partition(t, p.partition_index, -1),
+                        None => Err(ResponseError::UnknownTopicOrPartition.code()),
+                    };
+                    match served {
+                        Err(code) => resp.with_low_watermark(-1).with_error_code(code),
+                        Ok(partition) => match partition.delete_records(p.offset) {
                             Ok(low) => resp.with_low_watermark(low),
                             Err(e) => resp
                                 .with_low_watermark(-1)

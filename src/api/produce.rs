@@ -25,7 +25,13 @@ pub fn produce(
     version: i16,
 ) -> impl Future<Output = Option<ProduceResponse>> + Send + 'static {
     let acks = req.acks;
-    let wait_for_disk = acks == -1 && broker.fsync == FsyncPolicy::Always;
+    // Kafka answers REQUEST_TIMED_OUT when acks=all is not met in time; only
+    // the store's write-ahead log can keep an acknowledgement waiting that long.
+    let timeout = (broker.cluster.is_some())
+        .then(|| std::time::Duration::from_millis(req.timeout_ms.max(0) as u64));
+    // In cluster mode acks=all waits for the write-ahead log in the store.
+    let wait_for_disk =
+        acks == -1 && (broker.fsync == FsyncPolicy::Always || broker.cluster.is_some());
     let mut durable_waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
@@ -37,16 +43,18 @@ pub fn produce(
                 .with_base_offset(-1);
             let target = topic
                 .as_ref()
-                .and_then(|t| t.partition(pd.index).map(|p| (t, p)));
+                .map(|t| broker.served_partition(t, pd.index, -1).map(|p| (t, p)));
             let result = if ![-1, 0, 1].contains(&acks) {
                 Err((ResponseError::InvalidRequiredAcks.code(), None))
             } else if topic.as_ref().is_some_and(|t| t.is_internal()) {
                 // Only the broker writes its internal topics.
                 Err((ResponseError::InvalidTopicException.code(), None))
-            } else if let Some((topic, partition)) = target {
+            } else if let Some(Ok((topic, partition))) = target {
                 append_one(broker, &partition, &topic.append_config(), pd.records)
                     .map(|out| (out, partition))
                     .map_err(|e| (log_error_code(&e), Some(e.to_string())))
+            } else if let Some(Err(code)) = target {
+                Err((code, None))
             } else {
                 Err((ResponseError::UnknownTopicOrPartition.code(), None))
             };
@@ -80,14 +88,23 @@ pub fn produce(
         let waits = durable_waits
             .iter()
             .map(|(_, _, partition, end)| partition.wait_durable(*end));
-        let outcomes = futures::future::join_all(waits).await;
-        for ((ti, pi, _, _), outcome) in durable_waits.iter().zip(outcomes) {
-            if let Err(e) = outcome {
-                tracing::error!(error = %e, "fsync failed; failing acks=all produce");
-                let r = &mut responses[*ti].partition_responses[*pi];
-                r.error_code = log_error_code(&e);
-                r.base_offset = -1;
-            }
+        let all = futures::future::join_all(waits);
+        let outcomes = match timeout {
+            None => Some(all.await),
+            Some(t) => tokio::time::timeout(t, all).await.ok(),
+        };
+        for (i, (ti, pi, _, _)) in durable_waits.iter().enumerate() {
+            let code = match outcomes.as_ref().map(|o| &o[i]) {
+                Some(Ok(())) => continue,
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "making the batch durable failed; failing acks=all produce");
+                    log_error_code(e)
+                }
+                None => ResponseError::RequestTimedOut.code(),
+            };
+            let r = &mut responses[*ti].partition_responses[*pi];
+            r.error_code = code;
+            r.base_offset = -1;
         }
         (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
     }

@@ -1,4 +1,8 @@
-//! CreateTopics, DeleteTopics and CreatePartitions.
+//! CreateTopics, DeleteTopics and CreatePartitions: in the local catalog
+//! when the broker runs alone; in cluster mode in etcd, from where every
+//! broker's catalog mirrors them.
+
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -18,16 +22,32 @@ use super::error::catalog_error_code;
 use super::Broker;
 use crate::catalog::config::TOPIC_CONFIGS;
 use crate::catalog::{CatalogError, TopicConfig};
+use crate::cluster::ClusterError;
 
-pub fn create_topics(
-    broker: &Broker,
+/// A cluster-wide change that failed: the code, and why.
+fn cluster_error(e: ClusterError) -> (i16, String) {
+    let code = match &e {
+        ClusterError::TopicExists(_) => ResponseError::TopicAlreadyExists,
+        ClusterError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        ClusterError::InvalidPartitions { .. } => ResponseError::InvalidPartitions,
+        e if e.is_retriable() => ResponseError::RequestTimedOut,
+        _ => ResponseError::InvalidRequest,
+    };
+    (code.code(), e.to_string())
+}
+
+fn catalog_error(e: CatalogError) -> (i16, String) {
+    (catalog_error_code(&e), e.to_string())
+}
+
+pub async fn create_topics(
+    broker: Arc<Broker>,
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
-    let topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        topics.push({
             let name = t.name.0.to_string();
             let partitions = if !t.assignments.is_empty() {
                 t.assignments.len() as i32
@@ -41,16 +61,24 @@ pub fn create_topics(
                 .iter()
                 .map(|c| (c.name.as_str(), c.value.as_deref()))
                 .collect();
-            let result = if req.validate_only {
-                broker
-                    .catalog
-                    .validate_new_topic(&name, partitions, t.replication_factor, &configs)
-                    .map(|c| (c, None))
-            } else {
-                broker
+            let validated = broker
+                .catalog
+                .validate_new_topic(&name, partitions, t.replication_factor, &configs)
+                .map_err(catalog_error);
+            let result = match (&broker.cluster, validated) {
+                (_, Err(e)) => Err(e),
+                (_, Ok(c)) if req.validate_only => Ok((c, None)),
+                (Some(cluster), Ok(c)) => cluster
+                    .topics()
+                    .create(&name, partitions, c.overrides.clone())
+                    .await
+                    .map(|r| (c, Some(r.id)))
+                    .map_err(cluster_error),
+                (None, Ok(_)) => broker
                     .catalog
                     .create_topic(&name, partitions, t.replication_factor, &configs)
                     .map(|t| (t.config(), Some(t.id())))
+                    .map_err(catalog_error),
             };
             let resp = CreatableTopicResult::default().with_name(t.name.clone());
             match result {
@@ -65,12 +93,12 @@ pub fn create_topics(
                     };
                     resp.with_configs(Some(config_entries(&config)))
                 }
-                Err(e) => resp
-                    .with_error_code(catalog_error_code(&e))
-                    .with_error_message(Some(StrBytes::from_string(e.to_string()))),
+                Err((code, message)) => resp
+                    .with_error_code(code)
+                    .with_error_message(Some(StrBytes::from_string(message))),
             }
-        })
-        .collect();
+        });
+    }
     CreateTopicsResponse::default().with_topics(topics)
 }
 
@@ -93,8 +121,8 @@ fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
         .collect()
 }
 
-pub fn delete_topics(
-    broker: &Broker,
+pub async fn delete_topics(
+    broker: Arc<Broker>,
     req: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
@@ -110,17 +138,23 @@ pub fn delete_topics(
             .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
             .collect()
     };
-    let responses = targets
-        .into_iter()
-        .map(|(name, id)| {
+    let mut responses = Vec::with_capacity(targets.len());
+    for (name, id) in targets {
+        responses.push({
             let name =
                 name.or_else(|| broker.catalog.topic_by_id(id).map(|t| t.name().to_string()));
-            let result = match &name {
-                Some(n) => broker
+            let result = match (&name, &broker.cluster) {
+                (Some(n), Some(cluster)) => match cluster.topics().delete(n).await {
+                    Ok(record) => Ok(record.id),
+                    Err(ClusterError::UnknownTopic(_)) => Err(CatalogError::UnknownTopic),
+                    Err(e) => Err(CatalogError::InvalidTopic(e.to_string())),
+                }
+                .inspect(|_| broker.coordinator.forget_topic(n)),
+                (Some(n), None) => broker
                     .catalog
                     .delete_topic(n)
                     .inspect(|_| broker.coordinator.forget_topic(n)),
-                None => Err(CatalogError::UnknownTopic),
+                (None, _) => Err(CatalogError::UnknownTopic),
             };
             let mut resp = DeletableTopicResult::default()
                 .with_name(name.map(|n| TopicName(StrBytes::from_string(n))));
@@ -135,30 +169,39 @@ pub fn delete_topics(
                 }
                 Err(e) => resp.with_error_code(catalog_error_code(&e)),
             }
-        })
-        .collect();
+        });
+    }
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
-pub fn create_partitions(
-    broker: &Broker,
+pub async fn create_partitions(
+    broker: Arc<Broker>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let results = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let resp = CreatePartitionsTopicResult::default().with_name(t.name.clone());
-            match broker
-                .catalog
-                .create_partitions(t.name.0.as_str(), t.count, req.validate_only)
-            {
-                Ok(()) => resp,
-                Err(e) => resp
-                    .with_error_code(catalog_error_code(&e))
-                    .with_error_message(Some(StrBytes::from_string(e.to_string()))),
-            }
-        })
-        .collect();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let resp = CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        let name = t.name.0.as_str();
+        // The catalog checks the count either way (and does all the work alone).
+        let validate_only = req.validate_only || broker.cluster.is_some();
+        let mut result = broker
+            .catalog
+            .create_partitions(name, t.count, validate_only)
+            .map_err(catalog_error);
+        if let (Ok(()), Some(cluster), false) = (&result, &broker.cluster, req.validate_only) {
+            result = cluster
+                .topics()
+                .add_partitions(name, t.count)
+                .await
+                .map(|_| ())
+                .map_err(cluster_error);
+        }
+        results.push(match result {
+            Ok(()) => resp,
+            Err((code, message)) => resp
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(message))),
+        });
+    }
     CreatePartitionsResponse::default().with_results(results)
 }

@@ -76,6 +76,30 @@ pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
     Ok(())
 }
 
+/// A topic the broker creates for itself, described before it exists (so
+/// that a cluster can agree on it before any broker creates it locally).
+#[derive(Debug, Clone)]
+pub struct TopicSpec {
+    pub name: &'static str,
+    pub partitions: i32,
+    pub config: Vec<(&'static str, String)>,
+}
+
+impl TopicSpec {
+    /// Creates the topic unless the catalog has it.
+    pub fn ensure(&self, catalog: &Catalog) -> Result<Arc<Topic>, CatalogError> {
+        if let Some(t) = catalog.topic(self.name) {
+            return Ok(t);
+        }
+        let pairs: Vec<(&str, Option<&str>)> = self
+            .config
+            .iter()
+            .map(|(k, v)| (*k, Some(v.as_str())))
+            .collect();
+        catalog.create_topic(self.name, self.partitions, 1, &pairs)
+    }
+}
+
 /// `topic.json`; the tier keeps a copy in the object store.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TopicFile {
@@ -340,6 +364,50 @@ impl Catalog {
         if topics.contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
         }
+        self.insert_topic(&mut topics, name, Uuid::new_v4(), partitions, config)
+    }
+
+    /// Makes the local catalog hold topic `name` as the cluster describes it
+    /// (cluster mode): created with the cluster's id, grown to `partitions`,
+    /// with `config`. A local topic of the same name but another id is an
+    /// older incarnation and is replaced.
+    pub fn adopt_topic(
+        &self,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        config: TopicConfig,
+    ) -> Result<Arc<Topic>, CatalogError> {
+        validate_topic_name(name)?;
+        if let Some(t) = self.topic(name) {
+            if t.id == id {
+                let grown = t.partition_count() < partitions as usize;
+                let changed = *t.config.read() != config;
+                if grown {
+                    t.open_partitions(partitions as usize)?;
+                }
+                if changed {
+                    *t.config.write() = config;
+                }
+                if grown || changed {
+                    t.persist()?;
+                }
+                return Ok(t);
+            }
+            self.delete_topic(name)?;
+        }
+        let mut topics = self.topics.write();
+        self.insert_topic(&mut topics, name, id, partitions, config)
+    }
+
+    fn insert_topic(
+        &self,
+        topics: &mut HashMap<String, Arc<Topic>>,
+        name: &str,
+        id: Uuid,
+        partitions: i32,
+        config: TopicConfig,
+    ) -> Result<Arc<Topic>, CatalogError> {
         let dir = self.root.join("topics").join(name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
@@ -347,7 +415,7 @@ impl Catalog {
         std::fs::create_dir_all(&dir)?;
         let topic = Topic {
             name: name.to_string(),
-            id: Uuid::new_v4(),
+            id,
             dir,
             config: RwLock::new(config),
             partitions: RwLock::new(Vec::new()),

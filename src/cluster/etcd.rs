@@ -68,6 +68,10 @@ impl Keys {
     pub fn release(&self, topic: Uuid, partition: i32) -> String {
         format!("{}{partition}", self.topic_releases(topic))
     }
+    /// The cluster id every broker reports to clients.
+    pub fn cluster_id(&self) -> String {
+        format!("{}/cluster_id", self.prefix)
+    }
     pub fn producer_ids(&self) -> String {
         format!("{}/producer_ids/next", self.prefix)
     }
@@ -172,6 +176,20 @@ impl Etcd {
             .call(|mut c| async move { c.lease_grant(secs, None::<LeaseGrantOptions>).await })
             .await?;
         Ok(resp.id())
+    }
+
+    /// The value of `key`, set to `proposal` unless someone set it first.
+    pub async fn agree(&self, key: &str, proposal: &str) -> Result<String> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        let txn = Txn::new()
+            .when([Compare::version(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, proposal, None)]);
+        self.txn(txn).await?;
+        let kv = self
+            .get(key)
+            .await?
+            .ok_or_else(|| ClusterError::Unavailable(format!("{key} vanished")))?;
+        Ok(String::from_utf8_lossy(kv.value()).into_owned())
     }
 
     pub(crate) async fn revoke(&self, lease: i64) -> Result<()> {

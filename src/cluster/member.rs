@@ -186,7 +186,7 @@ impl Member {
 
     /// Leaves the cluster: the caller has stopped serving; the lease is
     /// revoked so the controller reassigns at once instead of after a TTL.
-    pub async fn leave(self) -> Result<()> {
+    pub async fn leave(&self) -> Result<()> {
         self.task.abort();
         match *self.state.borrow() {
             LeaseState::Live { lease, .. } => self.etcd.revoke(lease).await,

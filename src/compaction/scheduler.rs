@@ -21,8 +21,11 @@ use uuid::Uuid;
 use super::job::{JobSpec, JOBS_TOPIC};
 use super::policy::{self, SegmentDesc};
 use crate::catalog::config::COMPACTION_POLICY;
-use crate::catalog::{Catalog, CatalogError, Topic};
+use crate::catalog::{Catalog, CatalogError, Topic, TopicSpec};
 use crate::clock::SharedClock;
+
+/// Whether this broker tends a partition (topic id, index).
+pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
 use crate::format::batch::encode_batch;
 use crate::log::LogError;
 use crate::manifest::Manifest;
@@ -54,34 +57,40 @@ pub struct Scheduler {
     catalog: Arc<Catalog>,
     settings: SchedulerSettings,
     clock: SharedClock,
+    /// Cluster mode: the partitions this broker leads; jobs are queued only
+    /// for those, into a job partition among them.
+    scope: std::sync::OnceLock<Scope>,
     outstanding: Mutex<HashMap<(Uuid, i32), Outstanding>>,
     pub jobs_queued: AtomicU64,
 }
 
 impl Scheduler {
+    /// The job topic: jobs kept a day, never merged themselves.
+    pub fn topic_spec() -> TopicSpec {
+        TopicSpec {
+            name: JOBS_TOPIC,
+            partitions: JOB_PARTITIONS,
+            config: vec![
+                ("retention.ms", "86400000".into()),
+                ("segment.bytes", "16777216".into()),
+                // Merging the job log itself would only queue more jobs.
+                (COMPACTION_POLICY, policy::POLICY_NONE.into()),
+            ],
+        }
+    }
+
     /// Creates the job topic on first start.
     pub fn open(
         catalog: Arc<Catalog>,
         settings: SchedulerSettings,
         clock: SharedClock,
     ) -> Result<Scheduler, CatalogError> {
-        if catalog.topic(JOBS_TOPIC).is_none() {
-            catalog.create_topic(
-                JOBS_TOPIC,
-                JOB_PARTITIONS,
-                1,
-                &[
-                    ("retention.ms", Some("86400000")),
-                    ("segment.bytes", Some("16777216")),
-                    // Merging the job log itself would only queue more jobs.
-                    (COMPACTION_POLICY, Some(policy::POLICY_NONE)),
-                ],
-            )?;
-        }
+        Scheduler::topic_spec().ensure(&catalog)?;
         Ok(Scheduler {
             catalog,
             settings,
             clock,
+            scope: std::sync::OnceLock::new(),
             outstanding: Mutex::new(HashMap::new()),
             jobs_queued: AtomicU64::new(0),
         })
@@ -132,15 +141,33 @@ impl Scheduler {
             .collect()
     }
 
-    /// Appends the job to the job topic.
+    /// Limits scheduling to the partitions `scope` accepts (set once).
+    pub fn set_scope(&self, scope: Scope) {
+        let _ = self.scope.set(scope);
+    }
+
+    /// Whether this broker schedules merges of the partition.
+    pub fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
+        self.scope.get().is_none_or(|s| s(topic_id, partition))
+    }
+
+    /// Appends the job to the job topic: to the partition its key hashes to,
+    /// or in cluster mode to one this broker leads (none: not queued now,
+    /// so it comes up again).
     pub fn queue(&self, job: JobSpec) -> Result<(), LogError> {
         let topic = self
             .catalog
             .topic(JOBS_TOPIC)
             .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} is missing")))?;
         let key = job.record_key();
-        let index =
-            (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % topic.partition_count() as u64) as i32;
+        let count = topic.partition_count() as i32;
+        let hashed = (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % count as u64) as i32;
+        let Some(index) = (0..count)
+            .map(|i| (hashed + i) % count)
+            .find(|&i| self.tends(topic.id(), i))
+        else {
+            return Ok(());
+        };
         let partition = topic
             .partition(index)
             .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} lost partition {index}")))?;

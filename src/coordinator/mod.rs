@@ -14,7 +14,7 @@ pub mod store;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -56,6 +56,8 @@ pub enum CoordinatorError {
     GroupSubscribedToTopic,
     #[error("the coordinator could not persist the change: {0}")]
     Storage(String),
+    #[error("this broker is not the group's coordinator")]
+    NotCoordinator,
 }
 
 impl From<LogError> for CoordinatorError {
@@ -130,6 +132,7 @@ pub struct GroupCoordinator {
     clock: SharedClock,
     /// Draws member ids.
     random: SharedRandom,
+    active: std::sync::OnceLock<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl GroupCoordinator {
@@ -141,55 +144,10 @@ impl GroupCoordinator {
         clock: SharedClock,
         random: SharedRandom,
     ) -> Result<GroupCoordinator, LogError> {
-        let mut groups: HashMap<String, Group> = HashMap::new();
-        let now = clock.now();
-        store
-            .replay(|key, value| match (key, value) {
-                (
-                    RecordKey::Offset {
-                        group,
-                        topic,
-                        partition,
-                    },
-                    Some(v),
-                ) => match OffsetValue::decode(&v) {
-                    Ok(v) => {
-                        let g = groups
-                            .entry(group.clone())
-                            .or_insert_with(|| Group::new(&group, v.commit_timestamp));
-                        g.offsets.insert((topic, partition), v);
-                    }
-                    Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
-                },
-                (
-                    RecordKey::Offset {
-                        group,
-                        topic,
-                        partition,
-                    },
-                    None,
-                ) => {
-                    if let Some(g) = groups.get_mut(&group) {
-                        g.offsets.remove(&(topic, partition));
-                    }
-                }
-                (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
-                    Ok(v) => {
-                        let mut restored = Group::restore(&group, &v, now);
-                        if let Some(old) = groups.remove(&group) {
-                            restored.offsets = old.offsets;
-                        }
-                        groups.insert(group, restored);
-                    }
-                    Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
-                },
-                (RecordKey::Group { group }, None) => {
-                    groups.remove(&group);
-                }
-            })
-            .await?;
+        let groups = load(&store, clock.now()).await?;
         tracing::info!(groups = groups.len(), "group coordinator loaded");
         Ok(GroupCoordinator {
+            active: std::sync::OnceLock::new(),
             catalog,
             store,
             groups: Mutex::new(groups),
@@ -197,6 +155,16 @@ impl GroupCoordinator {
             clock,
             random,
         })
+    }
+
+    /// Reads the group state again from the offsets topic (cluster mode: after
+    /// taking its partition over, whose log may have moved on elsewhere).
+    /// Members waiting for a rebalance are dropped; they rejoin.
+    pub async fn reload(&self) -> Result<(), LogError> {
+        let groups = load(&self.store, self.clock.now()).await?;
+        tracing::info!(groups = groups.len(), "group coordinator reloaded");
+        *self.groups.lock() = groups;
+        Ok(())
     }
 
     /// Writes the metadata of a group that changed. Membership changes are
@@ -217,7 +185,21 @@ impl GroupCoordinator {
         }
     }
 
+    /// Cluster mode: the coordinator answers only while `active` says this
+    /// broker serves the offsets topic (set once).
+    pub fn set_active(&self, active: Arc<dyn Fn() -> bool + Send + Sync>) {
+        let _ = self.active.set(active);
+    }
+
+    fn check_active(&self) -> Result<(), CoordinatorError> {
+        match self.active.get() {
+            Some(active) if !active() => Err(CoordinatorError::NotCoordinator),
+            _ => Ok(()),
+        }
+    }
+
     pub async fn join(&self, group_id: &str, params: JoinParams) -> JoinReply {
+        self.check_active()?;
         if group_id.is_empty() {
             return Err(CoordinatorError::InvalidGroupId);
         }
@@ -255,6 +237,7 @@ impl GroupCoordinator {
         protocol_name: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncReply {
+        self.check_active()?;
         let pending = {
             let mut groups = self.groups.lock();
             let Some(group) = groups.get_mut(group_id) else {
@@ -283,6 +266,7 @@ impl GroupCoordinator {
         instance_id: Option<&str>,
         generation: i32,
     ) -> Result<(), CoordinatorError> {
+        self.check_active()?;
         let mut groups = self.groups.lock();
         let group = groups
             .get_mut(group_id)
@@ -296,6 +280,7 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<Result<(), CoordinatorError>>, CoordinatorError> {
+        self.check_active()?;
         let mut groups = self.groups.lock();
         let group = groups
             .get_mut(group_id)
@@ -316,6 +301,7 @@ impl GroupCoordinator {
         who: &Committer,
         offsets: Vec<OffsetCommit>,
     ) -> Result<Vec<PartitionResult>, CoordinatorError> {
+        self.check_active()?;
         if group_id.is_empty() {
             return Err(CoordinatorError::InvalidGroupId);
         }
@@ -614,6 +600,57 @@ impl GroupCoordinator {
             tracing::error!(error = %e, "could not write offset expirations");
         }
     }
+}
+
+/// Group state as the offsets topic holds it.
+async fn load(store: &OffsetsStore, now: Instant) -> Result<HashMap<String, Group>, LogError> {
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    store
+        .replay(|key, value| match (key, value) {
+            (
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                },
+                Some(v),
+            ) => match OffsetValue::decode(&v) {
+                Ok(v) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group, v.commit_timestamp));
+                    g.offsets.insert((topic, partition), v);
+                }
+                Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
+            },
+            (
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                },
+                None,
+            ) => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.offsets.remove(&(topic, partition));
+                }
+            }
+            (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
+                Ok(v) => {
+                    let mut restored = Group::restore(&group, &v, now);
+                    if let Some(old) = groups.remove(&group) {
+                        restored.offsets = old.offsets;
+                    }
+                    groups.insert(group, restored);
+                }
+                Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
+            },
+            (RecordKey::Group { group }, None) => {
+                groups.remove(&group);
+            }
+        })
+        .await?;
+    Ok(groups)
 }
 
 /// Offsets of an empty group past retention (KIP-211: counted from when the

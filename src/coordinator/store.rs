@@ -11,7 +11,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::records::RecordKey;
 use super::CoordinatorConfig;
-use crate::catalog::{Catalog, CatalogError};
+use crate::catalog::{Catalog, CatalogError, TopicSpec};
 use crate::clock::SharedClock;
 use crate::format::batch::{encode_batch, BatchHeader};
 use crate::log::{AppendConfig, LogError, Partition};
@@ -27,6 +27,21 @@ pub struct OffsetsStore {
 }
 
 impl OffsetsStore {
+    /// `__consumer_offsets`: one compacted partition.
+    pub fn topic_spec(config: &CoordinatorConfig) -> TopicSpec {
+        TopicSpec {
+            name: OFFSETS_TOPIC,
+            partitions: 1,
+            config: vec![
+                ("cleanup.policy", "compact".into()),
+                (
+                    "segment.bytes",
+                    config.offsets_topic_segment_bytes.to_string(),
+                ),
+            ],
+        }
+    }
+
     /// Opens the offsets topic, creating it on first start. Open it before
     /// the tier, so that the tier attaches it like every other partition.
     pub fn open(
@@ -34,21 +49,7 @@ impl OffsetsStore {
         config: &CoordinatorConfig,
         clock: SharedClock,
     ) -> Result<OffsetsStore, CatalogError> {
-        let topic = match catalog.topic(OFFSETS_TOPIC) {
-            Some(t) => t,
-            None => {
-                let segment_bytes = config.offsets_topic_segment_bytes.to_string();
-                catalog.create_topic(
-                    OFFSETS_TOPIC,
-                    1,
-                    1,
-                    &[
-                        ("cleanup.policy", Some("compact")),
-                        ("segment.bytes", Some(&segment_bytes)),
-                    ],
-                )?
-            }
-        };
+        let topic = OffsetsStore::topic_spec(config).ensure(catalog)?;
         let partition = topic.partition(0).ok_or(CatalogError::UnknownTopic)?;
         // Commits are small and consumers stall without them, so they must
         // not wait behind lagging uploads of user data.

@@ -29,7 +29,9 @@ mod versions;
 use object_store::path::Path;
 use uuid::Uuid;
 
-pub use versions::{Manifest, ManifestStore, TieredSegment, WriterEpoch, MANIFEST_FORMAT_VERSION};
+pub use versions::{
+    LeaderMark, Manifest, ManifestStore, TieredSegment, WriterEpoch, MANIFEST_FORMAT_VERSION,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -41,6 +43,8 @@ pub enum ManifestError {
     Conflict { version: u64 },
     #[error("the manifest moved on: {0}")]
     Superseded(String),
+    #[error("a leader of epoch {current} took the partition over from epoch {epoch}")]
+    Fenced { epoch: i32, current: i32 },
     #[error("corrupt object: {0}")]
     Corrupt(String),
     #[error("{0}")]

@@ -103,6 +103,18 @@ pub struct Manifest {
     /// Oldest first, contiguous, none overlapping.
     pub segments: Vec<TieredSegment>,
     pub written_ms: i64,
+    /// The partition's leader that last took it over (cluster mode): its
+    /// node and leader epoch. A writer of an older epoch is fenced, and the
+    /// next leader reads the head back from this node's write-ahead log.
+    #[serde(default)]
+    pub leader: Option<LeaderMark>,
+}
+
+/// Who leads a partition, as its manifest records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderMark {
+    pub node_id: i32,
+    pub epoch: i32,
 }
 
 impl Manifest {
@@ -114,6 +126,19 @@ impl Manifest {
             log_start_offset: 0,
             segments: Vec::new(),
             written_ms: 0,
+            leader: None,
+        }
+    }
+
+    /// Refuses a write by a leader of epoch `epoch` once a newer leader
+    /// took the partition over.
+    pub fn check_leader_epoch(&self, epoch: i32) -> Result<(), ManifestError> {
+        match self.leader {
+            Some(l) if l.epoch > epoch => Err(ManifestError::Fenced {
+                epoch,
+                current: l.epoch,
+            }),
+            _ => Ok(()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The listener: accepts connections, runs background flushing, and shuts
 //! down cleanly (stop accepting, sync every partition).
 
+mod cluster;
 mod connection;
 pub mod frame;
 
@@ -32,6 +33,8 @@ pub struct Server {
     stop: watch::Sender<bool>,
     accept: JoinHandle<()>,
     tier: Arc<Tier>,
+    /// Cluster mode: this broker's membership and write-ahead log.
+    joined: Option<cluster::Joined>,
 }
 
 impl Server {
@@ -70,20 +73,48 @@ impl Server {
             max_run_ms: config.orphan_min_age_ms / 2,
             requeue_after: REQUEUE_AFTER,
         };
-        let (catalog, offsets, scheduler) = {
+        let listener = TcpListener::bind(config.listen).await?;
+        let local_addr = listener.local_addr()?;
+        let (host, port) = match &config.advertised_listener {
+            Some(_) => config.advertised(),
+            None => {
+                let (host, _) = config.advertised();
+                (host, local_addr.port() as i32)
+            }
+        };
+        let joined = match &config.cluster {
+            Some(url) => Some(cluster::join(&config, url, &store, &host, port).await?),
+            None => None,
+        };
+        let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
+        let catalog = Arc::new(catalog);
+        if let Some(j) = &joined {
+            let internal = [
+                OffsetsStore::topic_spec(&coordinator_config),
+                Scheduler::topic_spec(),
+            ];
+            cluster::adopt_topics(&j.node, &catalog, &internal).await?;
+        }
+        let (offsets, scheduler) = {
             let coordinator_config = coordinator_config.clone();
             let clock = clock.clone();
+            let catalog = catalog.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                let catalog = Arc::new(Catalog::open(&data_dir)?);
                 // Before the tier opens, so that a first start's new offsets
                 // and jobs topics get their remote parts with every other partition.
                 let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock.clone())?;
                 let scheduler = Scheduler::open(catalog.clone(), scheduler_settings, clock)?;
-                Ok((catalog, offsets, Arc::new(scheduler)))
+                Ok((offsets, Arc::new(scheduler)))
             })
             .await??
         };
         let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
+        if let Some(j) = &joined {
+            let node = j.node.clone();
+            tier.set_scope(Arc::new(move |t, p| node.serving(t, p).is_some()));
+            let node = j.node.clone();
+            scheduler.set_scope(Arc::new(move |t, p| node.serving(t, p).is_some()));
+        }
         // After the tier: the replay reads tiered offsets through it.
         let coordinator = Arc::new(
             GroupCoordinator::open(
@@ -95,15 +126,6 @@ impl Server {
             )
             .await?,
         );
-        let listener = TcpListener::bind(config.listen).await?;
-        let local_addr = listener.local_addr()?;
-        let (host, port) = match &config.advertised_listener {
-            Some(_) => config.advertised(),
-            None => {
-                let (host, _) = config.advertised();
-                (host, local_addr.port() as i32)
-            }
-        };
         let broker = Arc::new(Broker::new(
             catalog,
             coordinator.clone(),
@@ -111,8 +133,21 @@ impl Server {
             host.clone(),
             port,
             clock.clone(),
+            joined.as_ref().map(|j| j.node.clone()),
         ));
         let (stop, stop_rx) = watch::channel(false);
+        if let Some(j) = &joined {
+            tokio::spawn(j.wal.clone().run(stop_rx.clone()));
+            let leadership = cluster::Leadership {
+                node: j.node.clone(),
+                catalog: broker.catalog.clone(),
+                tier: tier.clone(),
+                wal: j.wal.clone(),
+                coordinator: coordinator.clone(),
+                own_floor: j.own_floor,
+            };
+            tokio::spawn(leadership.run(stop_rx.clone()));
+        }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
         tokio::spawn(schedule_compactions(
             tier.clone(),
@@ -166,6 +201,7 @@ impl Server {
             stop,
             accept,
             tier,
+            joined,
         })
     }
 
@@ -189,6 +225,18 @@ impl Server {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.stop.send_replace(true);
         self.accept.abort();
+        if let Some(j) = self.joined {
+            // Hand over at once instead of after a lease TTL: stop serving,
+            // make every head durable, then leave.
+            j.node.stop_all();
+            j.wal.flush().await;
+            if let Err(e) = j.controller.resign().await {
+                tracing::warn!(error = %e, "resigning as controller failed");
+            }
+            if let Err(e) = j.node.member().leave().await {
+                tracing::warn!(error = %e, "leaving the cluster failed; the lease will expire");
+            }
+        }
         let catalog = self.broker.catalog.clone();
         tokio::task::spawn_blocking(move || {
             for p in catalog.all_partitions() {
@@ -291,6 +339,9 @@ async fn schedule_compactions(
                 let Some(remote) = tier.remote(topic.id(), index) else {
                     continue;
                 };
+                if !scheduler.tends(topic.id(), index) {
+                    continue;
+                }
                 if scheduler.due(&topic, index, &remote.manifest()).is_empty()
                     && !scheduler.should_check(topic.id(), index)
                 {

@@ -18,6 +18,7 @@ mod partitions;
 pub mod remote;
 pub mod restore;
 mod retention;
+mod takeover;
 mod topics;
 mod uploader;
 
@@ -34,10 +35,11 @@ use crate::config::BrokerConfig;
 use crate::manifest::{Manifest, ManifestError};
 use cache::BlockCache;
 use orphans::OrphanScan;
-pub use partitions::TierStats;
 use partitions::TieredPartitions;
+pub use partitions::{Scope, TierStats};
 use remote::TieredPartition;
 use retention::Retention;
+pub use takeover::NewLeader;
 use topics::TopicSync;
 use uploader::Uploader;
 
@@ -53,6 +55,8 @@ pub enum TierError {
     Log(#[from] crate::log::LogError),
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
+    #[error(transparent)]
+    Wal(#[from] crate::wal::WalError),
     #[error("corrupt object: {0}")]
     Corrupt(String),
     /// One failed load, reported to every reader that waited for it.
@@ -183,6 +187,12 @@ impl Tier {
         if let Some(remote) = self.remote(topic_id, partition) {
             remote.adopt(manifest.clone());
         }
+    }
+
+    /// Limits the jobs to the partitions `scope` accepts (cluster mode: the
+    /// ones this broker leads). Set once.
+    pub fn set_scope(&self, scope: Scope) {
+        self.partitions.set_scope(scope);
     }
 
     /// Whether produce is being refused because uploads lag.

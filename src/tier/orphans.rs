@@ -52,6 +52,9 @@ impl OrphanScan {
     async fn scan(&self) {
         let store = self.partitions.store();
         for remote in self.partitions.remotes() {
+            if !self.partitions.in_scope(remote.topic_id, remote.index) {
+                continue;
+            }
             let result = async {
                 remote.refresh().await?;
                 let n = objects::collect_orphans(

@@ -28,12 +28,17 @@ pub struct TierStats {
     pub upload_failures: AtomicU64,
 }
 
+/// Whether this broker tends a partition (topic id, index).
+pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
+
 pub(super) struct TieredPartitions {
     pub(super) clock: SharedClock,
+    /// Set in cluster mode: only the partitions this broker leads.
+    scope: std::sync::OnceLock<Scope>,
     store: Arc<dyn ObjectStore>,
     pub(super) catalog: Arc<Catalog>,
     cache: BlockCache,
-    writer: WriterEpoch,
+    pub(super) writer: WriterEpoch,
     attached: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
     pub(super) stats: TierStats,
 }
@@ -48,6 +53,7 @@ impl TieredPartitions {
     ) -> TieredPartitions {
         TieredPartitions {
             clock,
+            scope: std::sync::OnceLock::new(),
             store,
             catalog,
             cache,
@@ -73,6 +79,21 @@ impl TieredPartitions {
             .try_collect::<Vec<_>>()
             .await?;
         Ok(())
+    }
+
+    pub(super) fn set_scope(&self, scope: Scope) {
+        let _ = self.scope.set(scope);
+    }
+
+    pub(super) fn in_scope(&self, topic_id: Uuid, partition: i32) -> bool {
+        self.scope.get().is_none_or(|s| s(topic_id, partition))
+    }
+
+    /// The partitions of [`Self::all`] this broker tends.
+    pub(super) fn tended(&self) -> Vec<(Arc<Topic>, i32, Arc<Partition>)> {
+        let mut all = self.all();
+        all.retain(|(t, i, _)| self.in_scope(t.id(), *i));
+        all
     }
 
     /// Every (topic, partition index, partition): all are tiered, internal
@@ -147,14 +168,17 @@ impl TieredPartitions {
 
     /// Writes the next manifest version with `edit` applied, on top of
     /// whatever a compaction worker or an earlier run of this broker wrote.
+    /// A leader of an older epoch than the manifest records is fenced.
     pub(super) async fn commit(
         &self,
         remote: &TieredPartition,
+        leader_epoch: i32,
         edit: impl Fn(&mut Manifest),
     ) -> Result<(), TierError> {
         let next = remote
             .manifests
             .commit(&remote.manifest(), &self.writer, |m| {
+                m.check_leader_epoch(leader_epoch)?;
                 edit(m);
                 Ok(())
             })

@@ -26,7 +26,7 @@ impl Retention {
     }
 
     pub(super) async fn pass(&self) {
-        for (topic, index, partition) in self.partitions.all() {
+        for (topic, index, partition) in self.partitions.tended() {
             let key = (topic.id(), index);
             let Some(remote) = self.partitions.remote(topic.id(), index) else {
                 continue;
@@ -121,7 +121,7 @@ impl Retention {
             .cloned()
             .collect();
         self.partitions
-            .commit(remote, |m| {
+            .commit(remote, partition.leader_epoch(), |m| {
                 m.log_start_offset = m.log_start_offset.max(start);
                 m.segments.retain(|s| s.next_offset > start);
             })

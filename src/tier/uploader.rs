@@ -48,7 +48,7 @@ impl Uploader {
 
     /// One pass over every partition.
     pub(super) async fn pass(&self) {
-        let work = self.partitions.all();
+        let work = self.partitions.tended();
         // Backpressure is judged before any store call, so a stalled store
         // cannot keep the flag from rising.
         let mut pending = 0u64;
@@ -149,7 +149,7 @@ impl Uploader {
                 uploaded.push(TieredSegment::from_meta(key, meta));
             }
             self.partitions
-                .commit(&remote, |m| {
+                .commit(&remote, partition.leader_epoch(), |m| {
                     let end = m.end_offset().unwrap_or(i64::MIN);
                     m.segments
                         .extend(uploaded.iter().filter(|s| s.base_offset >= end).cloned());

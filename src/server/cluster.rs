@@ -1,0 +1,307 @@
+//! Cluster mode's wiring: etcd membership, the write-ahead log, the topic
+//! catalog mirrored from etcd, and the loop that takes partitions over and
+//! hands them back.
+//!
+//! Every broker keeps every topic in its local catalog (created with the
+//! cluster's topic id), but serves only the partitions it leads, and only
+//! once it took them over (`Tier::take_over`: fence the old leader if it is
+//! gone, read its head back from its write-ahead log, record the new epoch in
+//! the manifest). Losing the lease stops serving everything at once, before
+//! etcd can hand the partitions to others. A partition the controller asks
+//! back for another broker stops taking appends, waits until its head is in
+//! the store, and is released.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use object_store::ObjectStore;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::catalog::{Catalog, TopicConfig, TopicSpec};
+use crate::cluster::{
+    BrokerInfo, ClusterError, ClusterNode, ClusterUrl, ClusterView, Controller, LeaseState, Member,
+    MemberOptions,
+};
+use crate::config::BrokerConfig;
+use crate::coordinator::store::OFFSETS_TOPIC;
+use crate::coordinator::GroupCoordinator;
+use crate::tier::{NewLeader, Tier};
+use crate::wal::{self, Wal};
+
+/// How long to wait for etcd to describe the internal topics at startup.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// This broker's membership and write-ahead log.
+pub(super) struct Joined {
+    pub node: Arc<ClusterNode>,
+    pub wal: Arc<Wal>,
+    /// Objects of this node's log below this sequence number were written by
+    /// its earlier runs (now fenced).
+    pub own_floor: u64,
+    pub controller: Controller,
+}
+
+/// Registers in etcd, fences this node's earlier runs (a paused one must
+/// not acknowledge anything more), and opens the write-ahead log.
+pub(super) async fn join(
+    config: &BrokerConfig,
+    url: &str,
+    store: &Arc<dyn ObjectStore>,
+    host: &str,
+    port: i32,
+) -> anyhow::Result<Joined> {
+    let url: ClusterUrl = url.parse().context("--cluster")?;
+    let info = BrokerInfo {
+        node_id: config.node_id,
+        host: host.to_string(),
+        port: port as u16,
+        rack: None,
+    };
+    let options = MemberOptions {
+        ttl: Duration::from_millis(config.cluster_lease_ttl_ms.max(1000)),
+        ..MemberOptions::default()
+    };
+    let member = Member::join(&url, info, options).await?;
+    let etcd = member.etcd();
+    let cluster_id = etcd
+        .agree(
+            &etcd.keys().cluster_id(),
+            &Uuid::new_v4().simple().to_string(),
+        )
+        .await?;
+    let own_floor = wal::fence(store, config.node_id, config.node_id).await?;
+    let wal = Wal::open(
+        store.clone(),
+        config.node_id,
+        Duration::from_millis(config.wal_flush_ms.max(1)),
+        config.wal_max_bytes,
+    )
+    .await?;
+    let view = ClusterView::start(member.etcd().clone(), config.node_id);
+    view.wait_for(|s| s.revision > 0).await;
+    let controller = Controller::spawn(&member);
+    tracing::info!(node = config.node_id, %url, own_floor, "joined the cluster");
+    Ok(Joined {
+        node: Arc::new(ClusterNode::new(cluster_id, Arc::new(member), view)),
+        wal,
+        own_floor,
+        controller,
+    })
+}
+
+/// Describes the broker's internal topics in etcd unless another broker did,
+/// then mirrors every topic etcd knows into the local catalog, so the
+/// internal topics open locally with the cluster's ids.
+pub(super) async fn adopt_topics(
+    node: &ClusterNode,
+    catalog: &Catalog,
+    internal: &[TopicSpec],
+) -> anyhow::Result<()> {
+    for spec in internal {
+        if node.topics().get(spec.name).await?.is_some() {
+            continue;
+        }
+        let config: BTreeMap<String, String> = spec
+            .config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        match node
+            .topics()
+            .create(spec.name, spec.partitions, config)
+            .await
+        {
+            Ok(_) | Err(ClusterError::TopicExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let names: Vec<&str> = internal.iter().map(|s| s.name).collect();
+    tokio::time::timeout(
+        STARTUP_TIMEOUT,
+        node.view()
+            .wait_for(|s| names.iter().all(|n| s.topics.contains_key(*n))),
+    )
+    .await
+    .context("etcd did not show the internal topics")?;
+    sync_topics(node, catalog)?;
+    Ok(())
+}
+
+/// Makes the local catalog hold exactly the topics etcd describes.
+fn sync_topics(node: &ClusterNode, catalog: &Catalog) -> anyhow::Result<()> {
+    let state = node.view().state();
+    for (name, record) in &state.topics {
+        let record = &record.value;
+        let config = TopicConfig {
+            overrides: record.config.clone(),
+        };
+        catalog.adopt_topic(name, record.id, record.partitions, config)?;
+    }
+    for topic in catalog.topics() {
+        if !state.topics.contains_key(topic.name()) {
+            catalog.delete_topic(topic.name())?;
+        }
+    }
+    Ok(())
+}
+
+/// Every local partition makes its appends durable through the write-ahead log.
+fn attach_wal(catalog: &Catalog, wal: &Arc<Wal>) {
+    for topic in catalog.topics() {
+        for (index, partition) in topic.partitions().into_iter().enumerate() {
+            if !partition.has_head_sink() {
+                let sink = wal.partition(topic.id(), index as i32, partition.end_offset());
+                partition.attach_head_sink(Arc::new(sink));
+            }
+        }
+    }
+}
+
+/// What the leadership loop drives.
+pub(super) struct Leadership {
+    pub node: Arc<ClusterNode>,
+    pub catalog: Arc<Catalog>,
+    pub tier: Arc<Tier>,
+    pub wal: Arc<Wal>,
+    pub coordinator: Arc<GroupCoordinator>,
+    pub own_floor: u64,
+}
+
+impl Leadership {
+    /// Follows the view until `stop`: topics mirrored, partitions taken over
+    /// or released, everything dropped when the lease is lost.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        attach_wal(&self.catalog, &self.wal);
+        if let Some(offsets) = self.catalog.topic(OFFSETS_TOPIC) {
+            let (node, id) = (self.node.clone(), offsets.id());
+            self.coordinator
+                .set_active(Arc::new(move || node.serving(id, 0).is_some()));
+        }
+        let mut changes = self.node.view().subscribe();
+        let mut lease = self.node.member().subscribe();
+        let mut retry = tokio::time::interval(Duration::from_millis(500));
+        let mut released: HashSet<(Uuid, i32, i32)> = HashSet::new();
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = changes.changed() => {}
+                _ = lease.changed() => {}
+                _ = retry.tick() => {}
+            }
+            let registered = match self.node.member().lease_state() {
+                LeaseState::Live { revision, .. } => revision,
+                LeaseState::Lost => {
+                    let dropped = self.node.stop_all();
+                    if !dropped.is_empty() {
+                        tracing::warn!(
+                            partitions = dropped.len(),
+                            "lease lost: serving nothing until it is back"
+                        );
+                    }
+                    continue;
+                }
+            };
+            let state = self.node.view().state();
+            if state.revision < registered {
+                continue;
+            }
+            if let Err(e) = sync_topics(&self.node, &self.catalog) {
+                tracing::warn!(error = %e, "mirroring topics from etcd failed");
+            }
+            attach_wal(&self.catalog, &self.wal);
+            let mine = state.partitions_led_by(self.node.node_id());
+            for ((topic, partition), epoch) in self.node.served() {
+                let still = mine
+                    .iter()
+                    .any(|l| l.topic == topic && l.partition == partition && l.epoch == epoch);
+                if !still {
+                    self.node.stop_serving(topic, partition);
+                    tracing::info!(%topic, partition, epoch, "no longer the leader");
+                }
+            }
+            for led in mine {
+                let key = (led.topic, led.partition, led.epoch);
+                if led.handover_to.is_some() {
+                    if !released.contains(&key)
+                        && self.release(led.topic, led.partition, led.epoch).await
+                    {
+                        released.insert(key);
+                    }
+                    continue;
+                }
+                if self.node.serving(led.topic, led.partition) == Some(led.epoch) {
+                    continue;
+                }
+                let alive = |node: i32| state.brokers.contains_key(&node);
+                if let Err(e) = self
+                    .take_over(led.topic, led.partition, led.epoch, alive)
+                    .await
+                {
+                    tracing::warn!(topic = %led.topic, partition = led.partition, epoch = led.epoch, error = %e, "takeover failed; will retry");
+                }
+            }
+        }
+    }
+
+    async fn take_over(
+        &self,
+        topic_id: Uuid,
+        index: i32,
+        epoch: i32,
+        alive: impl Fn(i32) -> bool,
+    ) -> anyhow::Result<()> {
+        let topic = self
+            .catalog
+            .topic_by_id(topic_id)
+            .context("topic not mirrored yet")?;
+        let partition = topic
+            .partition(index)
+            .context("partition not mirrored yet")?;
+        let me = self.node.node_id();
+        let leader = NewLeader {
+            node_id: me,
+            epoch,
+            own_floor: self.own_floor,
+        };
+        self.tier
+            .take_over(&topic, index, &partition, leader, alive)
+            .await?;
+        if topic.name() == OFFSETS_TOPIC {
+            self.coordinator.reload().await?;
+        }
+        self.node.start_serving(topic_id, index, epoch);
+        Ok(())
+    }
+
+    /// Stops serving a partition the controller hands to another broker,
+    /// waits until its head is in the store, and releases it. True once
+    /// released.
+    async fn release(&self, topic_id: Uuid, index: i32, epoch: i32) -> bool {
+        self.node.stop_serving(topic_id, index);
+        let durable = match self
+            .catalog
+            .topic_by_id(topic_id)
+            .and_then(|t| t.partition(index))
+        {
+            Some(p) => p.wait_durable(p.end_offset()).await,
+            None => Ok(()),
+        };
+        if let Err(e) = durable {
+            tracing::warn!(%topic_id, partition = index, error = %e, "could not make the head durable before handing over");
+            return false;
+        }
+        match self.node.member().release(topic_id, index, epoch).await {
+            Ok(()) => {
+                tracing::info!(%topic_id, partition = index, epoch, "handed the partition over");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(%topic_id, partition = index, error = %e, "release failed; will retry");
+                false
+            }
+        }
+    }
+}
