@@ -64,7 +64,18 @@ pub(super) async fn join(
         ttl: Duration::from_millis(config.cluster_lease_ttl_ms.max(1000)),
         ..MemberOptions::default()
     };
-    let member = Member::join(&url, info, options).await?;
+    // etcd may be starting too: retriable failures are retried for a while.
+    let deadline = tokio::time::Instant::now() + STARTUP_TIMEOUT;
+    let member = loop {
+        match Member::join(&url, info.clone(), options).await {
+            Ok(m) => break m,
+            Err(e) if e.is_retriable() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "etcd not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let etcd = member.etcd();
     let cluster_id = etcd
         .agree(

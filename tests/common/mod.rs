@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -75,6 +77,8 @@ pub fn free_port() -> u16 {
 impl Process {
     pub fn start(data_dir: &Path, port: u16, extra: &[&str]) -> Process {
         let listen = format!("127.0.0.1:{port}");
+        // STRATA_TEST_LOG_LEVEL=info shows what the brokers do.
+        let level = std::env::var("STRATA_TEST_LOG_LEVEL").unwrap_or_else(|_| "warn".into());
         let child = Command::new(env!("CARGO_BIN_EXE_strata"))
             .args([
                 "serve",
@@ -83,7 +87,7 @@ impl Process {
                 "--data-dir",
                 data_dir.to_str().unwrap(),
                 "--log-level",
-                "warn",
+                &level,
             ])
             .args(extra)
             .stdout(Stdio::null())
