@@ -426,6 +426,7 @@ impl Catalog {
         for (k, v) in changes {
             next.set(k, *v).map_err(CatalogError::InvalidConfig)?;
         }
+        next.check_together().map_err(CatalogError::InvalidConfig)?;
         if validate_only {
             return Ok(());
         }
