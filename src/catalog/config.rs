@@ -288,6 +288,20 @@ pub fn list_items(value: &str) -> Vec<&str> {
         .collect()
 }
 
+/// What the produce path checks and does to a topic's batches beyond what
+/// the log's `AppendConfig` covers: read once per partition of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducePolicy {
+    /// Records without a key are refused (`cleanup.policy` has `compact`).
+    pub compact: bool,
+    /// `message.timestamp.{before,after}.max.ms`, for CreateTime topics only.
+    pub timestamp_window_ms: Option<(i64, i64)>,
+    /// The codec and level batches are stored in; `None` keeps the producer's.
+    pub compression: Option<(i16, Option<i32>)>,
+    pub flush_messages: Option<i64>,
+    pub flush_ms: Option<i64>,
+}
+
 /// A topic's overrides.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicConfig {
@@ -394,13 +408,19 @@ impl TopicConfig {
         self.get(MESSAGE_TIMESTAMP_TYPE)
             .is_some_and(|(v, _)| v == "LogAppendTime")
     }
-    /// The `[before, after]` window around the broker's time a CreateTime
-    /// record's timestamp must fall in.
-    pub fn timestamp_window_ms(&self) -> (i64, i64) {
-        (
-            self.number(MESSAGE_TIMESTAMP_BEFORE_MAX_MS).max(0),
-            self.number(MESSAGE_TIMESTAMP_AFTER_MAX_MS).max(0),
-        )
+    pub fn produce_policy(&self) -> ProducePolicy {
+        ProducePolicy {
+            compact: self.compact(),
+            timestamp_window_ms: (!self.log_append_time()).then(|| {
+                (
+                    self.number(MESSAGE_TIMESTAMP_BEFORE_MAX_MS).max(0),
+                    self.number(MESSAGE_TIMESTAMP_AFTER_MAX_MS).max(0),
+                )
+            }),
+            compression: self.compression(),
+            flush_messages: self.flush_messages(),
+            flush_ms: self.flush_ms(),
+        }
     }
     /// The codec batches are stored in and its level: `None` keeps the
     /// producer's codec. Codec ids are the batch attribute's.
