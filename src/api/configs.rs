@@ -73,7 +73,8 @@ pub fn describe_configs(
                         .with_error_message(Some(StrBytes::from_string(code.to_string())))
                 }
             };
-            let wanted = r.configuration_keys.as_ref();
+            // As in Kafka, no keys and an empty list both ask for everything.
+            let wanted = r.configuration_keys.as_ref().filter(|k| !k.is_empty());
             let configs = entries
                 .into_iter()
                 .filter(|e| wanted.is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name)))
