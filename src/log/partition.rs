@@ -892,6 +892,22 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn flush_due_counts_unsynced_offsets_and_fsync_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        // Nothing to flush: never due.
+        assert!(!p.flush_due(Some(1), Some(0)));
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
+        assert!(p.flush_due(Some(2), None));
+        assert!(!p.flush_due(Some(3), None));
+        assert!(!p.flush_due(None, None));
+        assert!(!p.flush_due(None, Some(60_000)));
+        assert!(p.flush_due(None, Some(0)));
+        p.sync().await.unwrap();
+        assert!(!p.flush_due(Some(1), Some(0)));
+    }
+
     #[test]
     fn segment_jitter_shortens_segment_ms_per_segment() {
         let dir = tempfile::tempdir().unwrap();
