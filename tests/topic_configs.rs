@@ -60,6 +60,7 @@ const EVERY_CONFIG: &[(&str, &str)] = &[
     ("message.timestamp.after.max.ms", "60000"),
     ("message.timestamp.before.max.ms", "86400000"),
     ("message.timestamp.type", "LogAppendTime"),
+    ("message.downconversion.enable", "false"),
     ("min.cleanable.dirty.ratio", "0.25"),
     ("min.compaction.lag.ms", "100"),
     ("min.insync.replicas", "2"),
@@ -262,7 +263,8 @@ async fn invalid_values_are_refused_with_invalid_config() {
         ("max.compaction.lag.ms", "0"),
         ("leader.replication.throttled.replicas", "0-1"),
         ("unclean.leader.election.enable", "1"),
-        ("message.downconversion.enable", "true"),
+        ("message.downconversion.enable", "sometimes"),
+        ("message.format.version", "3.0"),
     ];
     let topics: Vec<NewTopic> = bad
         .iter()

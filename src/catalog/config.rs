@@ -3,9 +3,11 @@
 //! Tools that manage topics (Terraform providers, Debezium, Schema Registry,
 //! Kafka's own scripts) send whichever of Kafka's topic configs they know,
 //! and Kafka refuses a whole CreateTopics entry for one name it does not
-//! know. So every topic config Kafka 4.x defines is here, with Kafka's type,
-//! default, valid values and broker-wide synonym, and is validated the way
-//! Kafka's `ConfigDef` validates it, with the same messages. Whether a config
+//! know. So every topic config Kafka 4.x defines is here (the deprecated
+//! no-op `message.downconversion.enable` included, as 4.x still accepts
+//! it), with Kafka's type, default, valid values and broker-wide synonym,
+//! and is validated the way Kafka's `ConfigDef` validates it, with the same
+//! messages. Whether a config
 //! also changes behaviour is a separate question the README's "Topic configs"
 //! table answers: some (replication throttles, unclean leader election) mean
 //! nothing on one broker, and saying so beats refusing the topic.
@@ -109,7 +111,7 @@ const fn def(
 use ConfigType::{Boolean, Double, Int, List, Long, String as Str};
 use Valid::{AtLeast, Between, OneOf};
 
-/// Kafka 4.x's topic configs (`TopicConfig`/`LogConfig`), then Strata's own.
+/// Kafka 4.x's 34 topic configs (`TopicConfig`/`LogConfig`), then Strata's own.
 /// `segment.bytes` keeps the pre-4.0 minimum of 14 bytes, which tests and
 /// small deployments use to seal segments quickly.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
@@ -145,6 +147,10 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "Maximum time a record stays ineligible for compaction"),
     def(MAX_MESSAGE_BYTES, "1048588", Int, AtLeast(0), Some("message.max.bytes"),
         "Largest record batch accepted"),
+    // Kafka 4.0 removed down-conversion but kept this as a deprecated no-op
+    // (KAFKA-18269), to be removed in 5.0: topics that set it still load.
+    def("message.downconversion.enable", "true", Boolean, Valid::Any, Some("log.message.downconversion.enable"),
+        "Deprecated since Kafka 4.0, where down-conversion was removed: has no effect"),
     def(MESSAGE_TIMESTAMP_AFTER_MAX_MS, "3600000", Long, AtLeast(0), Some("log.message.timestamp.after.max.ms"),
         "How far a CreateTime record's timestamp may lie after the broker's time"),
     def(MESSAGE_TIMESTAMP_BEFORE_MAX_MS, LONG_MAX, Long, AtLeast(0), Some("log.message.timestamp.before.max.ms"),
@@ -501,7 +507,8 @@ mod tests {
         assert!(validate("leader.replication.throttled.replicas", "0:1, 1:1").is_ok());
         assert!(validate("leader.replication.throttled.replicas", "").is_ok());
         assert!(validate("follower.replication.throttled.replicas", "0-1").is_err());
-        assert!(validate("message.downconversion.enable", "true").is_err());
+        assert!(validate("message.downconversion.enable", "false").is_ok());
+        assert!(validate("message.format.version", "3.0").is_err());
     }
 
     #[test]
@@ -509,8 +516,8 @@ mod tests {
         for d in TOPIC_CONFIGS {
             assert!(validate(d.name, d.default).is_ok(), "{}", d.name);
         }
-        // Kafka 4.x's 33 topic configs and Strata's 3.
-        assert_eq!(TOPIC_CONFIGS.len(), 36);
+        // Kafka 4.x's 34 topic configs and Strata's 3.
+        assert_eq!(TOPIC_CONFIGS.len(), 37);
     }
 
     #[test]
