@@ -103,7 +103,8 @@ pub fn produce(
                         .with_base_offset(out.base_offset)
                         .with_log_append_time_ms(out.log_append_time)
                         .with_log_start_offset(out.log_start_offset);
-                    let flush = partition.flush_due(policy.flush_messages, policy.flush_ms);
+                    let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
+                        && partition.flush_due(policy.flush_messages, policy.flush_ms);
                     if (wait_for_disk || flush) && !broker.null_sink {
                         durable_waits.push((ti, pi, partition, out.last_offset + 1));
                     }
