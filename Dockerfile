@@ -1,5 +1,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
+# etcd-client (cluster mode) compiles etcd's protobuf definitions at build time.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 RUN cargo build --release --bin strata

@@ -2,6 +2,8 @@
 # Idempotently install what the non-Java integration suites need:
 #   - kcat (Debian package; bookworm ships kcat 1.7.1 on librdkafka 2.0.2, which is
 #     deliberately the old client we want to stay compatible with)
+#   - protoc (building etcd-client) and the etcd server (tests/cluster_etcd.rs
+#     starts a real etcd per test), both Debian packages
 #   - the Python client libraries pinned in integration/python/requirements.txt
 # The Java suite (integration/java) resolves its own dependencies through Maven.
 set -euo pipefail
@@ -16,6 +18,16 @@ if ! command -v kcat >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null
 fi
 kcat -V 2>&1 | grep -m1 -i 'librdkafka' >&2 || true
+
+missing=()
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing ${missing[*]} via apt" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+etcd --version 2>&1 | head -1 >&2 || true
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -m pip --version >/dev/null 2>&1; then

@@ -6,9 +6,11 @@
 //! ```text
 //! server        listeners, framing, in-order responses; wires the jobs below
 //! api           one module per Kafka API family; Kafka error codes mapped here
-//! coordinator   tier   compaction
-//!               consumer groups | sealed segments in the store | merges and their jobs
+//! coordinator   tier   compaction   cluster
+//!               consumer groups | sealed segments in the store | merges and their jobs |
+//!               membership, leaders and epochs agreed in etcd
 //! manifest      the object layout and the manifest versions tier and compaction write
+//! wal           cluster mode's write-ahead log: the head of every partition, in the store
 //! catalog       topics, configs, producer ids
 //! log           partitions: segments on local disk, producer state
 //! format        bytes on disk and on the wire: batches, records, key indexes, file names
@@ -23,6 +25,7 @@
 pub(crate) mod api;
 pub mod catalog;
 pub mod clock;
+pub mod cluster;
 pub mod compaction;
 pub mod config;
 pub(crate) mod coordinator;

@@ -237,7 +237,15 @@ async fn admin_create_describe_alter_grow_and_delete_topics() {
 async fn offsets_by_timestamp_watermarks_and_seeks() {
     let broker = InProcess::start(&[]).await;
     let bs = broker.bootstrap();
-    create_topic(&bs, "times", 1, &[("segment.bytes", "2000")]).await;
+    // Kept forever: the timestamps are years old, and retention must not
+    // race the assertions.
+    create_topic(
+        &bs,
+        "times",
+        1,
+        &[("segment.bytes", "2000"), ("retention.ms", "-1")],
+    )
+    .await;
     let p = producer(&bs, &[("linger.ms", "0")]);
     let base = 1_700_000_000_000i64;
     for i in 0..100i64 {

@@ -42,6 +42,8 @@ pub struct BatchHeader {
     pub base_offset: i64,
     /// Size of the whole batch in bytes, header included.
     pub size: usize,
+    /// The epoch of the leader that appended the batch.
+    pub leader_epoch: i32,
     pub magic: i8,
     pub crc: u32,
     pub attributes: i16,
@@ -64,7 +66,7 @@ impl BatchHeader {
         let mut b = buf;
         let base_offset = b.get_i64();
         let batch_length = b.get_i32();
-        let _leader_epoch = b.get_i32();
+        let leader_epoch = b.get_i32();
         let magic = b.get_i8();
         let crc = b.get_u32();
         let attributes = b.get_i16();
@@ -86,6 +88,7 @@ impl BatchHeader {
         Ok(Some(BatchHeader {
             base_offset,
             size: LOG_OVERHEAD + batch_length as usize,
+            leader_epoch,
             magic,
             crc,
             attributes,

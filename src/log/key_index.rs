@@ -232,6 +232,7 @@ mod tests {
         b.add_batch(&BatchHeader {
             base_offset: 120,
             size: 61,
+            leader_epoch: 0,
             magic: 2,
             crc: 0,
             attributes: 0,

@@ -236,6 +236,7 @@ impl Partition {
         let header_bytes = batch::stamp_header(raw, base_offset, leader_epoch, append_time);
         let stamped_header = BatchHeader {
             base_offset,
+            leader_epoch,
             max_timestamp: append_time.unwrap_or(header.max_timestamp),
             ..header
         };
@@ -479,6 +480,83 @@ impl Partition {
             }
         }
         Ok(target)
+    }
+
+    /// Becomes the partition's leader afresh: forgets every local segment,
+    /// which may hold what an earlier leadership appended but never made
+    /// durable, and continues at `point` as a restore does. The batches the
+    /// previous leader made durable beyond it follow through
+    /// [`Partition::append_recovered`].
+    pub fn reset(&self, point: &RestorePoint) -> Result<(), LogError> {
+        let mut st = self.state.lock();
+        for seg in std::mem::take(&mut st.segments).into_values() {
+            seg.delete_files()?;
+        }
+        let producers = match &point.producers {
+            Some((base, bytes)) => {
+                write_synced(&self.dir.join(file_name(*base, SNAPSHOT_EXT)), bytes)?;
+                ProducerStates::from_snapshot(bytes)?.1
+            }
+            None => ProducerStates::default(),
+        };
+        write_synced(
+            &self.dir.join(LOG_START_FILE),
+            point.log_start_offset.to_string().as_bytes(),
+        )?;
+        let now = now_ms();
+        st.segments.insert(
+            point.next_offset,
+            Segment::create(&self.dir, point.next_offset, now)?,
+        );
+        st.log_start_offset = point.log_start_offset;
+        st.producers = producers;
+        drop(st);
+        self.end_offset.send_replace(point.next_offset);
+        self.durable.send_replace(point.next_offset);
+        Ok(())
+    }
+
+    /// Appends a batch another leader stamped and made durable (read back
+    /// from its write-ahead log), keeping its offsets, epoch and timestamps.
+    /// A batch wholly below the end is skipped; one that would leave a gap
+    /// or overlap the end is corrupt. Returns the new end offset.
+    pub fn append_recovered(&self, stamped: &[u8], cfg: &AppendConfig) -> Result<i64, LogError> {
+        let header = BatchHeader::parse(stamped)?
+            .filter(|h| h.size == stamped.len())
+            .ok_or_else(|| LogError::Corrupt("recovered batch is not one whole batch".into()))?;
+        if batch::compute_crc(stamped) != header.crc {
+            return Err(LogError::Corrupt("recovered batch CRC mismatch".into()));
+        }
+        let mut st = self.state.lock();
+        let end = st.end_offset();
+        if header.last_offset() < end {
+            return Ok(end);
+        }
+        if header.base_offset != end {
+            return Err(LogError::Corrupt(format!(
+                "recovered batch at {} does not continue the log at {end}",
+                header.base_offset
+            )));
+        }
+        let now = now_ms();
+        self.maybe_roll(&mut st, cfg, stamped.len(), now)?;
+        let (head, records) = stamped.split_at(batch::HEADER_LEN);
+        st.active_mut()
+            .append(head, records, &header, now, cfg.index_interval_bytes)?;
+        st.producers.record(&header);
+        if let Some(sink) = self.head_sink.get() {
+            sink.submit(
+                header.leader_epoch,
+                header.base_offset,
+                header.last_offset(),
+                head,
+                records,
+            );
+        }
+        drop(st);
+        let next = header.last_offset() + 1;
+        self.end_offset.send_replace(next);
+        Ok(next)
     }
 
     pub fn log_start_offset(&self) -> i64 {

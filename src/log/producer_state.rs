@@ -199,6 +199,7 @@ mod tests {
         BatchHeader {
             base_offset,
             size: 100,
+            leader_epoch: 0,
             magic: 2,
             crc: 0,
             attributes: 0,

@@ -1,0 +1,354 @@
+//! The controller: one broker at a time turns membership and the topic catalog
+//! into a partition assignment.
+//!
+//! Election is a create-only key, `<prefix>/controller`, written under the
+//! candidate's membership lease — what etcd's election API does, minus the
+//! queue. Tying it to the membership lease means a controller that is no
+//! longer a member is no longer the controller, with no second lease to keep
+//! in step. The key's create revision is the term's fencing token: every write
+//! the controller makes compares it, so a deposed controller that still
+//! believes in its term (paused, partitioned, slow) has its writes refused by
+//! etcd itself. Each write also compares the mod revisions of what the plan was
+//! computed from, so it applies only to the state it was computed for.
+//!
+//! The loop is level-triggered: read the whole prefix at one revision, run the
+//! pure [`plan`], write the differences one topic per transaction, then wait
+//! for anything to change after that revision (or a periodic resync). Missed
+//! or duplicated events cannot matter, since every round starts from a full
+//! read.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use super::assignment::plan;
+use super::error::{ClusterError, Result};
+use super::etcd::Etcd;
+use super::member::{LeaseState, Member};
+use super::state::{ClusterState, ControllerRecord, RawKv};
+use super::NodeId;
+
+/// How often an idle controller re-reads everything even without events.
+const RESYNC: Duration = Duration::from_secs(5);
+
+/// One term of one controller: won by [`Term::campaign`], fenced by its token.
+pub struct Term {
+    etcd: Etcd,
+    node_id: NodeId,
+    token: i64,
+}
+
+impl Term {
+    /// Tries to become controller under `lease` (the member's). Returns `None`
+    /// while another broker is controller. A key already held under the same
+    /// lease is this broker's own term, resumed.
+    pub async fn campaign(etcd: &Etcd, node_id: NodeId, lease: i64) -> Result<Option<Term>> {
+        Ok(Term::campaign_at(etcd, node_id, lease).await?.0)
+    }
+
+    /// [`Term::campaign`], also returning the revision it saw.
+    async fn campaign_at(etcd: &Etcd, node_id: NodeId, lease: i64) -> Result<(Option<Term>, i64)> {
+        let key = etcd.keys().controller();
+        let value = serde_json::to_vec(&ControllerRecord { node_id }).expect("serializable");
+        let txn = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = etcd.txn(txn).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let token = if resp.succeeded() {
+            revision
+        } else {
+            match resp.op_responses().into_iter().next() {
+                Some(etcd_client::TxnOpResponse::Get(g)) => match g.kvs().first() {
+                    Some(kv) if kv.lease() == lease => kv.create_revision(),
+                    _ => return Ok((None, revision)),
+                },
+                _ => return Ok((None, revision)),
+            }
+        };
+        let term = Term {
+            etcd: etcd.clone(),
+            node_id,
+            token,
+        };
+        Ok((Some(term), revision))
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// The fencing token: the controller key's create revision.
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// Reads the whole prefix at one revision.
+    pub async fn snapshot(&self) -> Result<ClusterState> {
+        read_state(&self.etcd).await
+    }
+
+    /// Plans from `state` and writes what differs. Returns the number of
+    /// transactions written. Fails with [`ClusterError::NotController`] when
+    /// this term is over, and with [`ClusterError::Conflict`] when something
+    /// the plan depended on changed since `state` was read.
+    pub async fn apply(&self, state: &ClusterState) -> Result<usize> {
+        if state.controller_token != self.token {
+            return Err(ClusterError::NotController);
+        }
+        let txns = self.writes(state);
+        let n = txns.len();
+        for txn in txns {
+            if !self.etcd.txn(txn).await?.succeeded() {
+                let current = self.etcd.get(&self.etcd.keys().controller()).await?;
+                return Err(match current {
+                    Some(kv) if kv.create_revision() == self.token => {
+                        ClusterError::Conflict("the assignment".into())
+                    }
+                    _ => ClusterError::NotController,
+                });
+            }
+        }
+        Ok(n)
+    }
+
+    /// One transaction per topic whose assignment or releases must change.
+    fn writes(&self, state: &ClusterState) -> Vec<Txn> {
+        let keys = self.etcd.keys();
+        let live = state.brokers.keys().copied().collect();
+        let next = plan(
+            &live,
+            &state.partition_counts(),
+            &state.assignment(),
+            &state.release_acks(),
+        );
+        let fence = || Compare::create_revision(keys.controller(), CompareOp::Equal, self.token);
+        let mut txns = Vec::new();
+
+        for (name, topic) in &state.topics {
+            let id = topic.value.id;
+            let Some(new) = next.get(&id) else { continue };
+            let mut compares = vec![
+                fence(),
+                Compare::mod_revision(keys.topic(name), CompareOp::Equal, topic.mod_revision),
+            ];
+            let mut ops = Vec::new();
+            let current = state.assignment.get(&id);
+            if current.map(|c| &c.value) != Some(new) {
+                compares.push(Compare::mod_revision(
+                    keys.assignment(id),
+                    CompareOp::Equal,
+                    current.map_or(0, |c| c.mod_revision),
+                ));
+                let value = serde_json::to_vec(new).expect("serializable");
+                ops.push(TxnOp::put(keys.assignment(id), value, None));
+            }
+            // A release is consumed (or stale) once the entry it names is gone.
+            for ((_, p), r) in state.releases.range((id, i32::MIN)..=(id, i32::MAX)) {
+                let entry = new.get(p);
+                if entry.is_none_or(|e| (e.leader, e.epoch) != (r.value.leader, r.value.epoch)) {
+                    let key = keys.release(id, *p);
+                    compares.push(Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        r.mod_revision,
+                    ));
+                    ops.push(TxnOp::delete(key, None));
+                }
+            }
+            if !ops.is_empty() {
+                txns.push(Txn::new().when(compares).and_then(ops));
+            }
+        }
+
+        // Leftovers of deleted topics.
+        let live_ids: BTreeSet<Uuid> = state.topics.values().map(|t| t.value.id).collect();
+        let mut dead_ids: BTreeSet<Uuid> = state.assignment.keys().copied().collect();
+        dead_ids.extend(state.releases.keys().map(|(t, _)| *t));
+        for id in dead_ids.difference(&live_ids) {
+            txns.push(Txn::new().when([fence()]).and_then([
+                TxnOp::delete(keys.assignment(*id), None),
+                TxnOp::delete(
+                    keys.topic_releases(*id),
+                    Some(DeleteOptions::new().with_prefix()),
+                ),
+            ]));
+        }
+        txns
+    }
+}
+
+/// Reads everything under the prefix at one revision.
+pub(crate) async fn read_state(etcd: &Etcd) -> Result<ClusterState> {
+    let (revision, kvs) = etcd.get_prefix(&etcd.keys().root()).await?;
+    let raw = kvs
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                RawKv::from(kv),
+            )
+        })
+        .collect();
+    Ok(ClusterState::decode(etcd.keys(), revision, &raw))
+}
+
+/// A broker's candidacy: campaigns whenever there is no controller, and keeps
+/// the assignment up to date while elected. The role is bound to the member's
+/// lease, so [`Member::leave`] (or a crash) ends it; to stop being a candidate
+/// while staying a member, [`Controller::resign`]. Merely dropping this stops
+/// the work but not the role, as a hung controller would.
+pub struct Controller {
+    etcd: Etcd,
+    lease: watch::Receiver<LeaseState>,
+    elected: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Controller {
+    pub fn spawn(member: &Member) -> Controller {
+        let (tx, elected) = watch::channel(false);
+        let task = tokio::spawn(controller_loop(
+            member.etcd().clone(),
+            member.node_id(),
+            member.subscribe(),
+            tx,
+        ));
+        Controller {
+            etcd: member.etcd().clone(),
+            lease: member.subscribe(),
+            elected,
+            task,
+        }
+    }
+
+    /// Stops campaigning and gives up the role if held, so that another
+    /// broker takes over at once.
+    pub async fn resign(self) -> Result<()> {
+        self.task.abort();
+        let LeaseState::Live { lease, .. } = *self.lease.borrow() else {
+            return Ok(());
+        };
+        let key = self.etcd.keys().controller();
+        let txn = Txn::new()
+            .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
+            .and_then([TxnOp::delete(key, None)]);
+        self.etcd.txn(txn).await?;
+        Ok(())
+    }
+
+    /// Whether this broker believes it is the controller right now.
+    pub fn is_controller(&self) -> bool {
+        *self.elected.borrow()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.elected.clone()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn controller_loop(
+    etcd: Etcd,
+    node_id: NodeId,
+    mut lease: watch::Receiver<LeaseState>,
+    elected: watch::Sender<bool>,
+) {
+    let backoff = Duration::from_millis(200);
+    loop {
+        elected.send_replace(false);
+        let LeaseState::Live { lease: id, .. } = *lease.borrow_and_update() else {
+            if lease.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let term = match Term::campaign_at(&etcd, node_id, id).await {
+            Ok((Some(term), _)) => term,
+            Ok((None, seen)) => {
+                // Someone else leads: wait for its key to change, or our lease.
+                let key = etcd.keys().controller();
+                if !wait_for_change(&etcd, &key, seen + 1, &mut lease).await {
+                    return;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::debug!(node_id, error = %e, "campaign failed");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
+        tracing::info!(node_id, token = term.token(), "elected controller");
+        elected.send_replace(true);
+        loop {
+            if !matches!(*lease.borrow_and_update(), LeaseState::Live { lease: l, .. } if l == id) {
+                break;
+            }
+            let state = match term.snapshot().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(node_id, error = %e, "controller read failed");
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+            };
+            match term.apply(&state).await {
+                Ok(_) => {
+                    let root = etcd.keys().root();
+                    if !wait_for_change(&etcd, &root, state.revision + 1, &mut lease).await {
+                        return;
+                    }
+                }
+                Err(ClusterError::NotController) => break,
+                Err(ClusterError::Conflict(_)) => {}
+                Err(e) => {
+                    tracing::debug!(node_id, error = %e, "controller write failed");
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+        tracing::info!(node_id, "no longer controller");
+    }
+}
+
+/// Waits until something under `prefix` changes from `revision` on, the
+/// lease state changes, or the resync period passes. False once the member is
+/// gone.
+async fn wait_for_change(
+    etcd: &Etcd,
+    prefix: &str,
+    revision: i64,
+    lease: &mut watch::Receiver<LeaseState>,
+) -> bool {
+    let events = async {
+        match etcd.watch_prefix(prefix, revision).await {
+            Ok(mut stream) => loop {
+                match stream.message().await {
+                    Ok(Some(resp)) if resp.events().is_empty() && !resp.canceled() => continue,
+                    _ => return,
+                }
+            },
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    tokio::select! {
+        _ = events => true,
+        changed = lease.changed() => changed.is_ok(),
+        _ = tokio::time::sleep(RESYNC) => true,
+    }
+}

@@ -1,0 +1,172 @@
+//! The topic catalog as etcd keys, one per topic: `<prefix>/topics/<name>`.
+//!
+//! Creation is create-only, so two brokers creating the same topic at once
+//! cannot both succeed; every change is a compare-and-swap on the key's mod
+//! revision, so concurrent changes are never lost, only retried. Names are
+//! opaque here: validating them and the configs is the catalog layer's job.
+//! The topic id is fixed at creation and names the assignment, so a topic
+//! deleted and created again under the same name is a different topic.
+
+use std::collections::BTreeMap;
+
+use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::error::{ClusterError, Result};
+use super::etcd::Etcd;
+
+/// How many times a compare-and-swap is retried against concurrent writers.
+const CAS_ATTEMPTS: usize = 16;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub id: Uuid,
+    pub partitions: i32,
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+#[derive(Clone)]
+pub struct TopicStore {
+    etcd: Etcd,
+}
+
+impl TopicStore {
+    pub fn new(etcd: Etcd) -> TopicStore {
+        TopicStore { etcd }
+    }
+
+    /// Creates a topic with a fresh id; [`ClusterError::TopicExists`] if the
+    /// name is taken.
+    pub async fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        config: BTreeMap<String, String>,
+    ) -> Result<TopicRecord> {
+        if partitions < 1 {
+            return Err(ClusterError::InvalidArgument(format!(
+                "a topic needs at least one partition, not {partitions}"
+            )));
+        }
+        let record = TopicRecord {
+            id: Uuid::new_v4(),
+            partitions,
+            config,
+        };
+        let key = self.etcd.keys().topic(name);
+        let txn = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, encode(&record), None)]);
+        if self.etcd.txn(txn).await?.succeeded() {
+            Ok(record)
+        } else {
+            Err(ClusterError::TopicExists(name.to_string()))
+        }
+    }
+
+    pub async fn get(&self, name: &str) -> Result<Option<TopicRecord>> {
+        let key = self.etcd.keys().topic(name);
+        match self.etcd.get(&key).await? {
+            Some(kv) => Ok(Some(decode(&key, kv.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every topic, by name.
+    pub async fn list(&self) -> Result<BTreeMap<String, TopicRecord>> {
+        let prefix = self.etcd.keys().topics();
+        let (_, kvs) = self.etcd.get_prefix(&prefix).await?;
+        kvs.iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let record = decode(&key, kv.value())?;
+                Ok((key[prefix.len()..].to_string(), record))
+            })
+            .collect()
+    }
+
+    /// Deletes a topic and returns what it was.
+    pub async fn delete(&self, name: &str) -> Result<TopicRecord> {
+        let key = self.etcd.keys().topic(name);
+        let k = key.clone();
+        let resp = self
+            .etcd
+            .call(|mut c| async move {
+                c.delete(k, Some(DeleteOptions::new().with_prev_key()))
+                    .await
+            })
+            .await?;
+        match resp.prev_kvs().first() {
+            Some(kv) => decode(&key, kv.value()),
+            None => Err(ClusterError::UnknownTopic(name.to_string())),
+        }
+    }
+
+    /// Replaces the topic's config.
+    pub async fn alter_config(
+        &self,
+        name: &str,
+        config: BTreeMap<String, String>,
+    ) -> Result<TopicRecord> {
+        self.update(name, |t| {
+            t.config = config.clone();
+            Ok(())
+        })
+        .await
+    }
+
+    /// Raises the partition count to `total`; it can only grow.
+    pub async fn add_partitions(&self, name: &str, total: i32) -> Result<TopicRecord> {
+        self.update(name, |t| {
+            if total <= t.partitions {
+                return Err(ClusterError::InvalidPartitions {
+                    requested: total,
+                    current: t.partitions,
+                });
+            }
+            t.partitions = total;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Read, change, compare-and-swap on the mod revision; retried on conflict.
+    async fn update(
+        &self,
+        name: &str,
+        change: impl Fn(&mut TopicRecord) -> Result<()>,
+    ) -> Result<TopicRecord> {
+        let key = self.etcd.keys().topic(name);
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(kv) = self.etcd.get(&key).await? else {
+                return Err(ClusterError::UnknownTopic(name.to_string()));
+            };
+            let mut record = decode(&key, kv.value())?;
+            change(&mut record)?;
+            let txn = Txn::new()
+                .when([Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then([TxnOp::put(key.clone(), encode(&record), None)]);
+            if self.etcd.txn(txn).await?.succeeded() {
+                return Ok(record);
+            }
+        }
+        Err(ClusterError::Conflict(key))
+    }
+}
+
+fn encode(record: &TopicRecord) -> Vec<u8> {
+    serde_json::to_vec(record).expect("serializable")
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<TopicRecord> {
+    serde_json::from_slice(bytes).map_err(|e| ClusterError::Malformed {
+        key: key.to_string(),
+        reason: e.to_string(),
+    })
+}
