@@ -704,3 +704,32 @@ async fn compression_type_recompresses_to_the_topics_codec() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_message_bytes_applies_to_the_batch_as_sent() {
+    let broker = InProcess::start(&[]).await;
+    create(
+        &broker.bootstrap(),
+        "small",
+        &[("compression.type", "zstd"), ("max.message.bytes", "600")],
+    )
+    .await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let record = |i: usize| {
+        (
+            Some(Bytes::from(format!("k{i}"))),
+            Some(Bytes::from_static(&[b'x'; 100])),
+            now_ms(),
+        )
+    };
+    // Over the limit as sent, though zstd would shrink it far below: refused,
+    // as Kafka checks the incoming batch before recompressing it.
+    let big = encode_batch((0..10).map(record).collect(), None, Compression::None).unwrap();
+    assert!(big.len() > 600);
+    let r = produce_raw(&mut raw, "small", big).await;
+    assert_eq!(r.error_code, ResponseError::MessageTooLarge.code());
+    let fits = encode_batch((0..3).map(record).collect(), None, Compression::None).unwrap();
+    assert!(fits.len() < 600);
+    assert_eq!(produce_raw(&mut raw, "small", fits).await.error_code, 0);
+    assert_eq!(stored_codecs(&mut raw, "small").await, vec![4]);
+}

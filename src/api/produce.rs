@@ -87,11 +87,12 @@ pub fn produce(
                 Err(Refusal::code(ResponseError::InvalidTopicException))
             } else if let Some((topic, partition, policy)) = target {
                 let now = broker.clock.now_ms();
+                let config = topic.append_config();
                 let place = (topic.name(), pd.index);
-                prepare(now, &policy, place, pd.records.unwrap_or_default())
+                let records = pd.records.unwrap_or_default();
+                prepare(now, &policy, config.max_message_bytes, place, records)
                     .and_then(|batch| {
-                        append_one(broker, &partition, &topic.append_config(), &batch)
-                            .map_err(Refusal::from)
+                        append_one(broker, &partition, &config, &batch).map_err(Refusal::from)
                     })
                     .map(|out| (out, partition, policy))
             } else {
@@ -162,6 +163,7 @@ pub fn produce(
 fn prepare(
     now: i64,
     policy: &ProducePolicy,
+    max_message_bytes: usize,
     place: (&str, i32),
     records: Bytes,
 ) -> Result<Bytes, Refusal> {
@@ -198,6 +200,15 @@ fn prepare(
     });
     if !policy.compact && check_times.is_none() && recompress.is_none() {
         return Ok(records);
+    }
+    // As in Kafka, a batch too large as sent is refused before it is
+    // decoded (the log checks again after any recompression).
+    if records.len() > max_message_bytes {
+        return Err(LogError::MessageTooLarge {
+            size: records.len(),
+            max: max_message_bytes,
+        }
+        .into());
     }
     let header = validate_produced(&records).map_err(LogError::from)?;
     let area = records::decompress(codec, &records[HEADER_LEN..]).map_err(LogError::from)?;
