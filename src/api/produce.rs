@@ -187,16 +187,12 @@ fn prepare(
     }
     let codec = header.attributes & CODEC_MASK;
     let recompress = policy.compression.filter(|(target, _)| *target != codec);
-    // Kafka's window is [now - before, now + after]; the batch header's max
-    // timestamp rules out the future side without decoding.
-    let window = policy
-        .timestamp_window_ms
-        .map(|(before, after)| (now.saturating_sub(before), now.saturating_add(after)));
-    let check_times = window.filter(|&(_, latest)| {
-        policy
-            .timestamp_window_ms
-            .is_some_and(|(before, _)| before < i64::MAX)
-            || header.max_timestamp > latest
+    // Record timestamps must lie in [now - before, now + after]. The batch
+    // header's max timestamp rules out the future side without decoding;
+    // the past side needs the records unless it is unbounded (the default).
+    let check_times = policy.timestamp_window_ms.and_then(|(before, after)| {
+        let (earliest, latest) = (now.saturating_sub(before), now.saturating_add(after));
+        (before < i64::MAX || header.max_timestamp > latest).then_some((earliest, latest))
     });
     if !policy.compact && check_times.is_none() && recompress.is_none() {
         return Ok(records);
