@@ -100,7 +100,14 @@ fn generate(dir: &Path, base: i64, bytes: u64, keys: u64, seed: u64) -> i64 {
         let raw = batch(&mut rng, keys, 1_000_000 + n, compression);
         let head = stamp_header(&raw, seg.next_offset(), 0, None);
         let h = BatchHeader::parse(&head).unwrap().unwrap();
-        seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
+        seg.append(
+            &head,
+            &raw[HEADER_LEN..],
+            &h,
+            0,
+            strata::log::index::INDEX_INTERVAL_BYTES,
+        )
+        .unwrap();
         n += 1;
     }
     seg.seal(1).unwrap();

@@ -18,6 +18,8 @@
 #                       every assignor, static membership, fencing errors, and committed offsets across
 #                       kill -9 restarts of a private broker started with the default group settings
 #   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
+#   TopicConfigsTest    every Kafka topic config via Admin (create, describe with synonyms, incremental alter),
+#                       KIP-467 per-record errors in the Java producer, recompressed batches read back
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test

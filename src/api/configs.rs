@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::error::catalog_error_code;
 use super::Broker;
-use crate::catalog::config::{definition, ConfigType, TOPIC_CONFIGS};
+use crate::catalog::config::{definition, list_items, ConfigType, TOPIC_CONFIGS};
 use crate::catalog::CatalogError;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -40,6 +40,9 @@ struct Entry {
     kind: ConfigType,
     doc: &'static str,
     read_only: bool,
+    /// Where the value could come from, in Kafka's order of precedence: the
+    /// topic override if any, then the broker-wide default under its own name.
+    synonyms: Vec<(&'static str, String, i8)>,
 }
 
 pub fn describe_configs(
@@ -70,22 +73,29 @@ pub fn describe_configs(
                         .with_error_message(Some(StrBytes::from_string(code.to_string())))
                 }
             };
-            let wanted = r.configuration_keys.as_ref();
+            // As in Kafka, no keys and an empty list both ask for everything.
+            let wanted = r.configuration_keys.as_ref().filter(|k| !k.is_empty());
             let configs = entries
                 .into_iter()
                 .filter(|e| wanted.is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name)))
                 .map(|e| {
-                    let value = Some(StrBytes::from_string(e.value));
                     let mut c = DescribeConfigsResourceResult::default()
-                        .with_name(StrBytes::from_string(e.name.clone()))
-                        .with_value(value.clone())
+                        .with_name(StrBytes::from_string(e.name))
+                        .with_value(Some(StrBytes::from_string(e.value)))
                         .with_read_only(e.read_only)
                         .with_config_source(e.source);
                     if req.include_synonyms {
-                        c = c.with_synonyms(vec![DescribeConfigsSynonym::default()
-                            .with_name(StrBytes::from_string(e.name))
-                            .with_value(value)
-                            .with_source(e.source)]);
+                        c = c.with_synonyms(
+                            e.synonyms
+                                .into_iter()
+                                .map(|(name, value, source)| {
+                                    DescribeConfigsSynonym::default()
+                                        .with_name(StrBytes::from_static_str(name))
+                                        .with_value(Some(StrBytes::from_string(value)))
+                                        .with_source(source)
+                                })
+                                .collect(),
+                        );
                     }
                     if version >= 3 {
                         c = c.with_config_type(e.kind as i8);
@@ -102,11 +112,22 @@ pub fn describe_configs(
     DescribeConfigsResponse::default().with_results(results)
 }
 
+/// A topic's configs as Kafka describes them: an override is a
+/// TOPIC_CONFIG (the admin client's DYNAMIC_TOPIC_CONFIG); anything else is
+/// the broker's default, a DEFAULT_CONFIG since this broker's topic
+/// defaults are Kafka's and cannot be changed.
 fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
     TOPIC_CONFIGS
         .iter()
         .filter_map(|d| {
             let (value, is_override) = config.get(d.name)?;
+            let mut synonyms = Vec::new();
+            if is_override {
+                synonyms.push((d.name, value.to_string(), CONFIG_SOURCE_TOPIC));
+            }
+            if let Some(broker_name) = d.broker {
+                synonyms.push((broker_name, d.default.to_string(), CONFIG_SOURCE_DEFAULT));
+            }
             Some(Entry {
                 name: d.name.to_string(),
                 value: value.to_string(),
@@ -118,26 +139,25 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
                 kind: d.kind,
                 doc: d.doc,
                 read_only: false,
+                synonyms,
             })
         })
         .collect()
 }
 
+/// The broker's flags under Kafka's names, then the broker-wide defaults of
+/// the topic configs (Kafka's defaults, read-only here).
 fn broker_entries(broker: &Broker) -> Vec<Entry> {
-    let entry = |name: &str, value: String, kind: ConfigType| Entry {
+    let entry = |name: &'static str, value: String, kind: ConfigType| Entry {
         name: name.to_string(),
-        value,
+        value: value.clone(),
         source: CONFIG_SOURCE_STATIC_BROKER,
         kind,
         doc: "",
         read_only: true,
+        synonyms: vec![(name, value, CONFIG_SOURCE_STATIC_BROKER)],
     };
-    let default = |name: &str| {
-        definition(name)
-            .map(|d| d.default.to_string())
-            .unwrap_or_default()
-    };
-    vec![
+    let mut entries = vec![
         entry("node.id", broker.node_id.to_string(), ConfigType::Int),
         entry("broker.id", broker.node_id.to_string(), ConfigType::Int),
         entry(
@@ -151,27 +171,20 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
             ConfigType::Boolean,
         ),
         entry("default.replication.factor", "1".into(), ConfigType::Int),
-        entry(
-            "message.max.bytes",
-            default("max.message.bytes"),
-            ConfigType::Int,
-        ),
-        entry(
-            "log.segment.bytes",
-            default("segment.bytes"),
-            ConfigType::Int,
-        ),
-        entry(
-            "log.retention.ms",
-            default("retention.ms"),
-            ConfigType::Long,
-        ),
-        entry(
-            "log.cleanup.policy",
-            default("cleanup.policy"),
-            ConfigType::List,
-        ),
-    ]
+    ];
+    entries.extend(TOPIC_CONFIGS.iter().filter_map(|d| {
+        let name = d.broker?;
+        Some(Entry {
+            name: name.to_string(),
+            value: d.default.to_string(),
+            source: CONFIG_SOURCE_DEFAULT,
+            kind: d.kind,
+            doc: d.doc,
+            read_only: true,
+            synonyms: vec![(name, d.default.to_string(), CONFIG_SOURCE_DEFAULT)],
+        })
+    }));
+    entries
 }
 
 fn not_a_topic(resource_type: i8) -> Failure {
@@ -290,25 +303,20 @@ fn incremental_changes(
                     let def = definition(&name)
                         .ok_or_else(|| invalid(format!("Unknown topic config name: {name}")))?;
                     if def.kind != ConfigType::List {
+                        let op = if op.config_operation == OP_APPEND {
+                            "append"
+                        } else {
+                            "subtract"
+                        };
                         return Err(invalid(format!(
-                            "Config {name} is not a list; APPEND and SUBTRACT need one"
+                            "Config value {op} is not allowed for config key: {name}"
                         )));
                     }
                     let mut items: Vec<String> = current
                         .get(&name)
-                        .map(|(v, _)| {
-                            v.split(',')
-                                .map(|s| s.trim().to_string())
-                                .filter(|s| !s.is_empty())
-                                .collect()
-                        })
+                        .map(|(v, _)| list_items(v).into_iter().map(String::from).collect())
                         .unwrap_or_default();
-                    for item in value
-                        .unwrap_or_default()
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                    {
+                    for item in list_items(&value.unwrap_or_default()) {
                         if op.config_operation == OP_APPEND {
                             if !items.iter().any(|i| i == item) {
                                 items.push(item.to_string());

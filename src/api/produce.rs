@@ -1,21 +1,61 @@
 //! Produce: validate and append one batch per partition, in request order,
-//! then wait for durability where acks=all asks for it.
+//! then wait for durability where acks=all (or the topic's `flush.*`) asks
+//! for it.
+//!
+//! The broker stores batches as the producer sent them and decodes records
+//! only when the topic needs a per-record decision: keys on compacted
+//! topics, timestamps outside `message.timestamp.{before,after}.max.ms`,
+//! or a `compression.type` other than the producer's codec. A refused
+//! record fails its whole batch, as in Kafka, and the response names every
+//! offending record by its index in the batch (KIP-467's `record_errors`),
+//! so a client can tell which record was bad.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::error::log_error_code;
 use super::Broker;
+use crate::catalog::ProducePolicy;
 use crate::config::FsyncPolicy;
 use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
 use crate::format::records;
 use crate::log::{LogError, Partition};
+
+/// Why a partition's batch was not appended: the error code, its message
+/// and, for record-level problems, the records at fault.
+struct Refusal {
+    code: i16,
+    message: Option<String>,
+    record_errors: Vec<(i32, String)>,
+}
+
+impl From<LogError> for Refusal {
+    fn from(e: LogError) -> Refusal {
+        Refusal {
+            code: log_error_code(&e),
+            message: Some(e.to_string()),
+            record_errors: Vec::new(),
+        }
+    }
+}
+
+impl Refusal {
+    fn code(code: ResponseError) -> Refusal {
+        Refusal {
+            code: code.code(),
+            message: None,
+            record_errors: Vec::new(),
+        }
+    }
+}
 
 /// Appends now; the returned future resolves once the acknowledgement may be
 /// sent (`None` for acks=0, which gets no response at all).
@@ -36,42 +76,71 @@ pub fn produce(
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
         let topic = broker.catalog.topic(topic_data.name.0.as_str());
+        let policy = topic.as_ref().map(|t| t.produce_policy());
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (pi, pd) in topic_data.partition_data.into_iter().enumerate() {
             let mut resp = PartitionProduceResponse::default()
                 .with_index(pd.index)
                 .with_base_offset(-1);
-            let target = topic
-                .as_ref()
-                .map(|t| broker.served_partition(t, pd.index, -1).map(|p| (t, p)));
+            let target = topic.as_ref().zip(policy).map(|(t, policy)| {
+                broker
+                    .served_partition(t, pd.index, -1)
+                    .map(|p| (t, p, policy))
+            });
             let result = if ![-1, 0, 1].contains(&acks) {
-                Err((ResponseError::InvalidRequiredAcks.code(), None))
+                Err(Refusal::code(ResponseError::InvalidRequiredAcks))
             } else if topic.as_ref().is_some_and(|t| t.is_internal()) {
                 // Only the broker writes its internal topics.
-                Err((ResponseError::InvalidTopicException.code(), None))
-            } else if let Some(Ok((topic, partition))) = target {
-                append_one(broker, &partition, &topic.append_config(), pd.records)
-                    .map(|out| (out, partition))
-                    .map_err(|e| (log_error_code(&e), Some(e.to_string())))
+                Err(Refusal::code(ResponseError::InvalidTopicException))
+            } else if let Some(Ok((topic, partition, policy))) = target {
+                let now = broker.clock.now_ms();
+                let config = topic.append_config();
+                let place = (topic.name(), pd.index);
+                let records = pd.records.unwrap_or_default();
+                prepare(now, &policy, config.max_message_bytes, place, records)
+                    .and_then(|batch| {
+                        append_one(broker, &partition, &config, &batch).map_err(Refusal::from)
+                    })
+                    .map(|out| (out, partition, policy))
             } else if let Some(Err(code)) = target {
-                Err((code, None))
+                Err(Refusal {
+                    code,
+                    message: None,
+                    record_errors: Vec::new(),
+                })
             } else {
-                Err((ResponseError::UnknownTopicOrPartition.code(), None))
+                Err(Refusal::code(ResponseError::UnknownTopicOrPartition))
             };
             match result {
-                Ok((out, partition)) => {
+                Ok((out, partition, policy)) => {
                     resp = resp
                         .with_base_offset(out.base_offset)
                         .with_log_append_time_ms(out.log_append_time)
                         .with_log_start_offset(out.log_start_offset);
-                    if wait_for_disk && !broker.null_sink {
+                    let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
+                        && partition.flush_due(policy.flush_messages, policy.flush_ms);
+                    if (wait_for_disk || flush) && !broker.null_sink {
                         durable_waits.push((ti, pi, partition, out.last_offset + 1));
                     }
                 }
-                Err((code, message)) => {
-                    resp = resp.with_error_code(code);
+                Err(refusal) => {
+                    resp = resp.with_error_code(refusal.code);
                     if version >= 8 {
-                        resp = resp.with_error_message(message.map(StrBytes::from_string));
+                        resp = resp
+                            .with_error_message(refusal.message.map(StrBytes::from_string))
+                            .with_record_errors(
+                                refusal
+                                    .record_errors
+                                    .into_iter()
+                                    .map(|(index, message)| {
+                                        BatchIndexAndErrorMessage::default()
+                                            .with_batch_index(index)
+                                            .with_batch_index_error_message(Some(
+                                                StrBytes::from_string(message),
+                                            ))
+                                    })
+                                    .collect(),
+                            );
                     }
                 }
             }
@@ -110,32 +179,126 @@ pub fn produce(
     }
 }
 
-fn append_one(
-    broker: &Broker,
-    partition: &Partition,
-    config: &crate::log::AppendConfig,
-    records: Option<Bytes>,
-) -> Result<crate::log::AppendOutcome, LogError> {
-    let records = records.unwrap_or_default();
+/// Checks the one batch of a partition's data (`place`: topic and
+/// partition) and applies the topic's policy: returns the batch to append,
+/// recompressed if the topic asks for another codec.
+fn prepare(
+    now: i64,
+    policy: &ProducePolicy,
+    max_message_bytes: usize,
+    place: (&str, i32),
+    records: Bytes,
+) -> Result<Bytes, Refusal> {
     // Produce v3+ carries exactly one record batch per partition.
-    let header = BatchHeader::parse(&records)?
+    let header = BatchHeader::parse(&records)
+        .map_err(LogError::from)?
         .ok_or_else(|| LogError::Corrupt("no complete record batch".into()))?;
     if header.size > records.len() {
         return Err(LogError::Corrupt(format!(
             "record batch claims {} bytes but only {} were sent",
             header.size,
             records.len()
-        )));
+        ))
+        .into());
     }
     if header.size < records.len() {
         return Err(LogError::InvalidRecord(
             "produce requests with version 3 or above must contain exactly one record batch per partition".into(),
-        ));
+        )
+        .into());
     }
-    if config.compact {
-        require_keys(&records)?;
+    let codec = header.attributes & CODEC_MASK;
+    let recompress = policy.compression.filter(|(target, _)| *target != codec);
+    // Record timestamps must lie in [now - before, now + after]. The batch
+    // header's max timestamp rules out the future side without decoding;
+    // the past side needs the records unless it is unbounded (the default).
+    let check_times = policy.timestamp_window_ms.and_then(|(before, after)| {
+        let (earliest, latest) = (now.saturating_sub(before), now.saturating_add(after));
+        (before < i64::MAX || header.max_timestamp > latest).then_some((earliest, latest))
+    });
+    if !policy.compact && check_times.is_none() && recompress.is_none() {
+        return Ok(records);
     }
+    // As in Kafka, a batch too large as sent is refused before it is
+    // decoded (the log checks again after any recompression).
+    if records.len() > max_message_bytes {
+        return Err(LogError::MessageTooLarge {
+            size: records.len(),
+            max: max_message_bytes,
+        }
+        .into());
+    }
+    let header = validate_produced(&records).map_err(LogError::from)?;
+    let area = records::decompress(codec, &records[HEADER_LEN..]).map_err(LogError::from)?;
+    let mut errors: Vec<(i32, String)> = Vec::new();
+    let mut bad_time = false;
+    let mut index = 0;
+    records::walk(&area, header.record_count, |r| {
+        let timestamp = header.base_timestamp.wrapping_add(r.timestamp_delta);
+        if policy.compact && r.key.is_none() {
+            errors.push((
+                index,
+                format!(
+                    "Compacted topic cannot accept message without key in topic partition {}-{}.",
+                    place.0, place.1
+                ),
+            ));
+        } else if let Some((earliest, latest)) = check_times {
+            // -1 is "no timestamp" (NO_TIMESTAMP), which Kafka lets through.
+            if timestamp != -1 && (timestamp < earliest || timestamp > latest) {
+                bad_time = true;
+                errors.push((
+                    index,
+                    format!(
+                        "Timestamp {timestamp} of message with offset {index} is out of range. \
+                         The timestamp should be within [{earliest}, {latest}]"
+                    ),
+                ));
+            }
+        }
+        index += 1;
+    })
+    .map_err(LogError::Corrupt)?;
+    if bad_time {
+        return Err(Refusal {
+            code: ResponseError::InvalidTimestamp.code(),
+            message: Some("One or more records have been rejected due to invalid timestamp".into()),
+            record_errors: errors,
+        });
+    }
+    if !errors.is_empty() {
+        let first: Vec<String> = errors
+            .iter()
+            .take(3)
+            .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
+            .collect();
+        return Err(Refusal {
+            code: ResponseError::InvalidRecord.code(),
+            message: Some(format!(
+                "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+                errors.len(),
+                first.join(", ")
+            )),
+            record_errors: errors,
+        });
+    }
+    match recompress {
+        Some((codec, level)) => Ok(records::recompress(&records, &area, codec, level)
+            .map_err(LogError::from)?
+            .into()),
+        None => Ok(records),
+    }
+}
+
+fn append_one(
+    broker: &Broker,
+    partition: &Partition,
+    config: &crate::log::AppendConfig,
+    batch: &[u8],
+) -> Result<crate::log::AppendOutcome, LogError> {
     if broker.null_sink {
+        let header = BatchHeader::parse(batch)?
+            .ok_or_else(|| LogError::Corrupt("no complete record batch".into()))?;
         return Ok(crate::log::AppendOutcome {
             base_offset: 0,
             last_offset: header.last_offset_delta as i64,
@@ -144,25 +307,5 @@ fn append_one(
             duplicate: false,
         });
     }
-    partition.append(&records, config)
-}
-
-/// Kafka refuses records without a key on a compacted topic (INVALID_RECORD):
-/// compaction could only drop them. This decodes the batch, so only
-/// compacted topics pay for it.
-fn require_keys(batch: &[u8]) -> Result<(), LogError> {
-    let header = validate_produced(batch)?;
-    if header.is_control() {
-        return Ok(());
-    }
-    let area = records::decompress(header.attributes & CODEC_MASK, &batch[HEADER_LEN..])?;
-    let mut keyless = false;
-    records::walk(&area, header.record_count, |r| keyless |= r.key.is_none())
-        .map_err(LogError::Corrupt)?;
-    if keyless {
-        return Err(LogError::InvalidRecord(
-            "Compacted topic cannot accept message without key".into(),
-        ));
-    }
-    Ok(())
+    partition.append(batch, config)
 }

@@ -1,8 +1,19 @@
 //! Topic configuration under Kafka's names.
 //!
+//! Tools that manage topics (Terraform providers, Debezium, Schema Registry,
+//! Kafka's own scripts) send whichever of Kafka's topic configs they know,
+//! and Kafka refuses a whole CreateTopics entry for one name it does not
+//! know. So every topic config Kafka 4.x defines is here (the deprecated
+//! no-op `message.downconversion.enable` included, as 4.x still accepts
+//! it), with Kafka's type, default, valid values and broker-wide synonym,
+//! and is validated the way Kafka's `ConfigDef` validates it, with the same
+//! messages. Whether a config
+//! also changes behaviour is a separate question the README's "Topic configs"
+//! table answers: some (replication throttles, unclean leader election) mean
+//! nothing on one broker, and saying so beats refusing the topic.
+//!
 //! A topic stores only its overrides; everything else reads Kafka's default.
-//! Every config here is validated and stored; which ones already change
-//! behaviour is listed in the README.
+//! The `strata.*` configs are this broker's own.
 
 use std::collections::BTreeMap;
 
@@ -15,174 +26,286 @@ pub enum ConfigType {
     String = 2,
     Int = 3,
     Long = 5,
+    Double = 6,
     List = 7,
+}
+
+/// The valid values of a config, beyond parsing as its type.
+#[derive(Debug, Clone, Copy)]
+pub enum Valid {
+    Any,
+    AtLeast(i64),
+    Between(i64, i64),
+    /// `[1,...,9] or -1`, as `compression.gzip.level`.
+    GzipLevel,
+    /// A double in a closed range.
+    Ratio(f64, f64),
+    OneOf(&'static [&'static str]),
+    /// A non-empty list whose items are each one of these.
+    ListOf(&'static [&'static str]),
+    /// `*`, or `partition:broker` pairs (the replication throttles).
+    Replicas,
 }
 
 pub struct ConfigDef {
     pub name: &'static str,
     pub default: &'static str,
     pub kind: ConfigType,
+    pub valid: Valid,
+    /// The broker config that supplies the default (Kafka's "Server Default
+    /// Property"), reported as the synonym of a topic's value.
+    pub broker: Option<&'static str>,
     pub doc: &'static str,
 }
 
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
-pub const RETENTION_MS: &str = "retention.ms";
-pub const RETENTION_BYTES: &str = "retention.bytes";
-pub const SEGMENT_BYTES: &str = "segment.bytes";
-pub const SEGMENT_MS: &str = "segment.ms";
+pub const COMPRESSION_TYPE: &str = "compression.type";
+pub const COMPRESSION_GZIP_LEVEL: &str = "compression.gzip.level";
+pub const COMPRESSION_LZ4_LEVEL: &str = "compression.lz4.level";
+pub const COMPRESSION_ZSTD_LEVEL: &str = "compression.zstd.level";
+pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
+pub const FLUSH_MESSAGES: &str = "flush.messages";
+pub const FLUSH_MS: &str = "flush.ms";
+pub const INDEX_INTERVAL_BYTES: &str = "index.interval.bytes";
+pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
+pub const MESSAGE_TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
 pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
 pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
-pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
-pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+pub const RETENTION_BYTES: &str = "retention.bytes";
+pub const RETENTION_MS: &str = "retention.ms";
+pub const SEGMENT_BYTES: &str = "segment.bytes";
+pub const SEGMENT_JITTER_MS: &str = "segment.jitter.ms";
+pub const SEGMENT_MS: &str = "segment.ms";
 pub const COMPACTION_POLICY: &str = "strata.compaction.policy";
 pub const COMPACTION_FANOUT: &str = "strata.compaction.fanout";
 pub const COMPACTION_MAX_SEGMENT_BYTES: &str = "strata.compaction.max.segment.bytes";
 
+const LONG_MAX: &str = "9223372036854775807";
+
+/// Kafka's topic-level codecs: the four, `uncompressed`, and `producer`
+/// (keep whatever the producer used).
+pub const COMPRESSION_TYPES: &[&str] =
+    &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+
+const fn def(
+    name: &'static str,
+    default: &'static str,
+    kind: ConfigType,
+    valid: Valid,
+    broker: Option<&'static str>,
+    doc: &'static str,
+) -> ConfigDef {
+    ConfigDef {
+        name,
+        default,
+        kind,
+        valid,
+        broker,
+        doc,
+    }
+}
+
+use ConfigType::{Boolean, Double, Int, List, Long, String as Str};
+use Valid::{AtLeast, Between, OneOf};
+
+/// Kafka 4.x's 34 topic configs (`TopicConfig`/`LogConfig`), then Strata's own.
+/// `segment.bytes` keeps the pre-4.0 minimum of 14 bytes, which tests and
+/// small deployments use to seal segments quickly.
 pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef {
-        name: CLEANUP_POLICY,
-        default: "delete",
-        kind: ConfigType::List,
-        doc: "delete, compact, or both",
-    },
-    ConfigDef {
-        name: RETENTION_MS,
-        default: "604800000",
-        kind: ConfigType::Long,
-        doc: "Age after which data may be deleted; -1 keeps forever",
-    },
-    ConfigDef {
-        name: RETENTION_BYTES,
-        default: "-1",
-        kind: ConfigType::Long,
-        doc: "Partition size beyond which old data may be deleted; -1 for no limit",
-    },
-    ConfigDef {
-        name: SEGMENT_BYTES,
-        default: "1073741824",
-        kind: ConfigType::Int,
-        doc: "Size at which the active segment rolls",
-    },
-    ConfigDef {
-        name: SEGMENT_MS,
-        default: "604800000",
-        kind: ConfigType::Long,
-        doc: "Age at which the active segment rolls",
-    },
-    ConfigDef {
-        name: MAX_MESSAGE_BYTES,
-        default: "1048588",
-        kind: ConfigType::Int,
-        doc: "Largest record batch accepted",
-    },
-    ConfigDef {
-        name: MESSAGE_TIMESTAMP_TYPE,
-        default: "CreateTime",
-        kind: ConfigType::String,
-        doc: "CreateTime or LogAppendTime",
-    },
-    ConfigDef {
-        name: MIN_COMPACTION_LAG_MS,
-        default: "0",
-        kind: ConfigType::Long,
-        doc: "Minimum age before a record may be compacted",
-    },
-    ConfigDef {
-        name: MAX_COMPACTION_LAG_MS,
-        default: "9223372036854775807",
-        kind: ConfigType::Long,
-        doc: "Maximum age before a record becomes eligible for compaction",
-    },
-    ConfigDef {
-        name: DELETE_RETENTION_MS,
-        default: "86400000",
-        kind: ConfigType::Long,
-        doc: "How long tombstones are retained",
-    },
-    ConfigDef {
-        name: MIN_INSYNC_REPLICAS,
-        default: "1",
-        kind: ConfigType::Int,
-        doc: "Replicas that must acknowledge acks=all writes (one broker: 1)",
-    },
-    ConfigDef {
-        name: COMPACTION_POLICY,
-        default: "leveled",
-        kind: ConfigType::String,
-        doc: "Strata: how sealed segments are merged: leveled, or none",
-    },
-    ConfigDef {
-        name: COMPACTION_FANOUT,
-        default: "4",
-        kind: ConfigType::Int,
-        doc: "Strata: contiguous segments of one level that merge into one of the next level",
-    },
-    ConfigDef {
-        name: COMPACTION_MAX_SEGMENT_BYTES,
-        default: "2147483648",
-        kind: ConfigType::Long,
-        doc: "Strata: merges whose sources add up to more than this are not scheduled",
-    },
+    def(CLEANUP_POLICY, "delete", List, Valid::ListOf(&["compact", "delete"]), Some("log.cleanup.policy"),
+        "The retention policy of old segments: delete (drop them past retention), compact (keep the newest record per key), or both"),
+    def(COMPRESSION_GZIP_LEVEL, "-1", Int, Valid::GzipLevel, Some("compression.gzip.level"),
+        "The compression level to use if compression.type is set to gzip"),
+    def(COMPRESSION_LZ4_LEVEL, "9", Int, Between(1, 17), Some("compression.lz4.level"),
+        "The compression level to use if compression.type is set to lz4"),
+    def(COMPRESSION_TYPE, "producer", Str, OneOf(COMPRESSION_TYPES), Some("compression.type"),
+        "The final codec of the topic's batches: gzip, snappy, lz4, zstd, uncompressed, or producer to keep the producer's codec"),
+    def(COMPRESSION_ZSTD_LEVEL, "3", Int, Between(-131072, 22), Some("compression.zstd.level"),
+        "The compression level to use if compression.type is set to zstd"),
+    def(DELETE_RETENTION_MS, "86400000", Long, AtLeast(0), Some("log.cleaner.delete.retention.ms"),
+        "How long tombstones of a compacted topic are retained"),
+    def("file.delete.delay.ms", "60000", Long, AtLeast(0), Some("log.segment.delete.delay.ms"),
+        "Time to wait before deleting a file from the filesystem"),
+    def(FLUSH_MESSAGES, LONG_MAX, Long, AtLeast(1), Some("log.flush.interval.messages"),
+        "Unflushed records after which an append forces an fsync of the partition"),
+    def(FLUSH_MS, LONG_MAX, Long, AtLeast(0), Some("log.flush.interval.ms"),
+        "Age of the oldest unflushed data after which an append forces an fsync of the partition"),
+    def("follower.replication.throttled.replicas", "", List, Valid::Replicas, None,
+        "Replicas whose log replication is throttled on the follower side: partition:broker pairs or *"),
+    def(INDEX_INTERVAL_BYTES, "4096", Int, AtLeast(0), Some("log.index.interval.bytes"),
+        "Bytes of batches between two entries of the sparse offset and time indexes"),
+    def("leader.replication.throttled.replicas", "", List, Valid::Replicas, None,
+        "Replicas whose log replication is throttled on the leader side: partition:broker pairs or *"),
+    def("local.retention.bytes", "-2", Long, AtLeast(-2), Some("log.local.retention.bytes"),
+        "Local bytes of a tiered partition kept before deletion; -2 means retention.bytes"),
+    def("local.retention.ms", "-2", Long, AtLeast(-2), Some("log.local.retention.ms"),
+        "Age of local segments of a tiered partition before deletion; -2 means retention.ms"),
+    def(MAX_COMPACTION_LAG_MS, LONG_MAX, Long, AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"),
+        "Maximum time a record stays ineligible for compaction"),
+    def(MAX_MESSAGE_BYTES, "1048588", Int, AtLeast(0), Some("message.max.bytes"),
+        "Largest record batch accepted"),
+    // Kafka 4.0 removed down-conversion but kept this as a deprecated no-op
+    // (KAFKA-18269), to be removed in 5.0: topics that set it still load.
+    def("message.downconversion.enable", "true", Boolean, Valid::Any, Some("log.message.downconversion.enable"),
+        "Deprecated since Kafka 4.0, where down-conversion was removed: has no effect"),
+    def(MESSAGE_TIMESTAMP_AFTER_MAX_MS, "3600000", Long, AtLeast(0), Some("log.message.timestamp.after.max.ms"),
+        "How far a CreateTime record's timestamp may lie after the broker's time"),
+    def(MESSAGE_TIMESTAMP_BEFORE_MAX_MS, LONG_MAX, Long, AtLeast(0), Some("log.message.timestamp.before.max.ms"),
+        "How far a CreateTime record's timestamp may lie before the broker's time"),
+    def(MESSAGE_TIMESTAMP_TYPE, "CreateTime", Str, OneOf(&["CreateTime", "LogAppendTime"]), Some("log.message.timestamp.type"),
+        "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's time"),
+    def("min.cleanable.dirty.ratio", "0.5", Double, Valid::Ratio(0.0, 1.0), Some("log.cleaner.min.cleanable.ratio"),
+        "Share of the log not yet compacted at which Kafka's cleaner runs"),
+    def(MIN_COMPACTION_LAG_MS, "0", Long, AtLeast(0), Some("log.cleaner.min.compaction.lag.ms"),
+        "Minimum time a record stays uncompacted"),
+    def(MIN_INSYNC_REPLICAS, "1", Int, AtLeast(1), Some("min.insync.replicas"),
+        "Replicas that must acknowledge acks=all writes"),
+    def("preallocate", "false", Boolean, Valid::Any, Some("log.preallocate"),
+        "Preallocate the file of a new segment"),
+    def("remote.log.copy.disable", "false", Boolean, Valid::Any, None,
+        "Stop copying segments of a tiered topic to remote storage"),
+    def("remote.log.delete.on.disable", "false", Boolean, Valid::Any, None,
+        "Delete remote data when tiered storage is turned off for the topic"),
+    def("remote.storage.enable", "false", Boolean, Valid::Any, None,
+        "Tier the topic's segments to remote storage"),
+    def(RETENTION_BYTES, "-1", Long, Valid::Any, Some("log.retention.bytes"),
+        "Partition size beyond which old segments may be deleted; -1 for no limit"),
+    def(RETENTION_MS, "604800000", Long, AtLeast(-1), Some("log.retention.ms"),
+        "Age after which old segments may be deleted; -1 keeps them forever"),
+    def(SEGMENT_BYTES, "1073741824", Int, AtLeast(14), Some("log.segment.bytes"),
+        "Size at which the active segment rolls"),
+    def("segment.index.bytes", "10485760", Int, AtLeast(4), Some("log.index.size.max.bytes"),
+        "Size of the preallocated offset index of a segment"),
+    def(SEGMENT_JITTER_MS, "0", Long, AtLeast(0), Some("log.roll.jitter.ms"),
+        "Maximum random time taken off segment.ms per segment, so segments of many partitions do not roll together"),
+    def(SEGMENT_MS, "604800000", Long, AtLeast(1), Some("log.roll.ms"),
+        "Age at which the active segment rolls"),
+    def("unclean.leader.election.enable", "false", Boolean, Valid::Any, Some("unclean.leader.election.enable"),
+        "Allow a replica outside the ISR to become leader"),
+    def(COMPACTION_POLICY, "leveled", Str, OneOf(&["leveled", "none"]), None,
+        "Strata: how sealed segments are merged: leveled, or none"),
+    def(COMPACTION_FANOUT, "4", Int, AtLeast(2), None,
+        "Strata: contiguous segments of one level that merge into one of the next level"),
+    // Merged segments keep byte positions in 32 bits.
+    def(COMPACTION_MAX_SEGMENT_BYTES, "2147483648", Long, Between(1, u32::MAX as i64), None,
+        "Strata: merges whose sources add up to more than this are not scheduled"),
 ];
 
 pub fn definition(name: &str) -> Option<&'static ConfigDef> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
 }
 
-/// Checks a value for a named config; the error says why, in Kafka's words.
+fn unknown(name: &str) -> String {
+    format!("Unknown topic config name: {name}")
+}
+
+/// Checks a value for a named config; the error says why, in Kafka's words
+/// (`ConfigDef`'s parse and validator messages).
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
-    let def = definition(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
-    let bad = || format!("Invalid value {value} for configuration {name}");
-    match def.kind {
-        ConfigType::Int => {
-            let v: i32 = value.trim().parse().map_err(|_| bad())?;
-            let min = match name {
-                SEGMENT_BYTES => 14,
-                MAX_MESSAGE_BYTES => 0,
-                MIN_INSYNC_REPLICAS => 1,
-                COMPACTION_FANOUT => 2,
-                _ => i32::MIN,
+    let def = definition(name).ok_or_else(|| unknown(name))?;
+    let why = |reason: String| format!("Invalid value {value} for configuration {name}: {reason}");
+    let v = value.trim();
+    let number = match def.kind {
+        Int => Some(
+            v.parse::<i32>()
+                .map_err(|_| why("Not a number of type INT".into()))? as i64,
+        ),
+        Long => Some(
+            v.parse::<i64>()
+                .map_err(|_| why("Not a number of type LONG".into()))?,
+        ),
+        Double => {
+            let d: f64 = v
+                .parse()
+                .ok()
+                .filter(|d: &f64| d.is_finite())
+                .ok_or_else(|| why("Not a number of type DOUBLE".into()))?;
+            if let Valid::Ratio(min, max) = def.valid {
+                if d < min {
+                    return Err(why(format!("Value must be at least {min}")));
+                }
+                if d > max {
+                    return Err(why(format!("Value must be no more than {max}")));
+                }
+            }
+            None
+        }
+        Boolean => {
+            if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
+                return Err(why("Expected value to be either true or false".into()));
+            }
+            None
+        }
+        Str | List => None,
+    };
+    match (def.valid, number) {
+        (AtLeast(min), Some(n)) if n < min => Err(why(format!("Value must be at least {min}"))),
+        (Between(min, _), Some(n)) if n < min => Err(why(format!("Value must be at least {min}"))),
+        (Between(_, max), Some(n)) if n > max => {
+            Err(why(format!("Value must be no more than {max}")))
+        }
+        (Valid::GzipLevel, Some(n)) if n != -1 && !(1..=9).contains(&n) => {
+            Err(why("Value must be between 1 and 9, or -1".into()))
+        }
+        (OneOf(allowed), _) if !allowed.contains(&v) => Err(why(format!(
+            "String must be one of: {}",
+            allowed.join(", ")
+        ))),
+        (Valid::ListOf(allowed), _) => {
+            let items = list_items(v);
+            match items.iter().find(|i| !allowed.contains(i)) {
+                Some(bad) => Err(why(format!(
+                    "Invalid value {bad}: String must be one of: {}",
+                    allowed.join(", ")
+                ))),
+                None if items.is_empty() => Err(why(format!(
+                    "Empty list; must be a list of {}",
+                    allowed.join(", ")
+                ))),
+                None => Ok(()),
+            }
+        }
+        (Valid::Replicas, _) => {
+            let items = list_items(v);
+            let pair = |s: &str| {
+                s.split_once(':').is_some_and(|(p, b)| {
+                    p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                })
             };
-            if v < min {
-                return Err(format!("{}: Value must be at least {min}", bad()));
+            if items == ["*"] || items.iter().all(|i| pair(i)) {
+                Ok(())
+            } else {
+                Err(why("must be the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...".into()))
             }
         }
-        ConfigType::Long => {
-            let v: i64 = value.trim().parse().map_err(|_| bad())?;
-            let min = match name {
-                RETENTION_MS | RETENTION_BYTES => -1,
-                SEGMENT_MS | COMPACTION_MAX_SEGMENT_BYTES => 1,
-                _ => 0,
-            };
-            if v < min {
-                return Err(format!("{}: Value must be at least {min}", bad()));
-            }
-            // Merged segments keep byte positions in 32 bits.
-            if name == COMPACTION_MAX_SEGMENT_BYTES && v > u32::MAX as i64 {
-                return Err(format!("{}: Value must be at most {}", bad(), u32::MAX));
-            }
-        }
-        ConfigType::List => {
-            let parts: Vec<&str> = value.split(',').map(str::trim).collect();
-            if parts.is_empty() || parts.iter().any(|p| *p != "delete" && *p != "compact") {
-                return Err(format!("{}: must be a list of delete and compact", bad()));
-            }
-        }
-        ConfigType::String => {
-            if name == MESSAGE_TIMESTAMP_TYPE && value != "CreateTime" && value != "LogAppendTime" {
-                return Err(format!("{}: must be CreateTime or LogAppendTime", bad()));
-            }
-            if name == COMPACTION_POLICY && value != "leveled" && value != "none" {
-                return Err(format!("{}: must be leveled or none", bad()));
-            }
-        }
-        ConfigType::Boolean => {
-            value.parse::<bool>().map_err(|_| bad())?;
-        }
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// The items of a list value, trimmed, without empty ones.
+pub fn list_items(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// What the produce path checks and does to a topic's batches beyond what
+/// the log's `AppendConfig` covers: read once per partition of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducePolicy {
+    /// Records without a key are refused (`cleanup.policy` has `compact`).
+    pub compact: bool,
+    /// `message.timestamp.{before,after}.max.ms`, for CreateTime topics only.
+    pub timestamp_window_ms: Option<(i64, i64)>,
+    /// The codec and level batches are stored in; `None` keeps the producer's.
+    pub compression: Option<(i16, Option<i32>)>,
+    pub flush_messages: Option<i64>,
+    pub flush_ms: Option<i64>,
 }
 
 /// A topic's overrides.
@@ -199,6 +322,7 @@ impl TopicConfig {
         for (k, v) in pairs {
             cfg.set(k, v)?;
         }
+        cfg.check_together()?;
         Ok(cfg)
     }
 
@@ -211,9 +335,24 @@ impl TopicConfig {
                     .insert(name.to_string(), v.trim().to_string());
             }
             None => {
-                definition(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+                definition(name).ok_or_else(|| unknown(name))?;
                 self.overrides.remove(name);
             }
+        }
+        Ok(())
+    }
+
+    /// The checks Kafka's `LogConfig.validate` makes across configs, once
+    /// all of a request's changes are applied.
+    pub fn check_together(&self) -> Result<(), String> {
+        let (min, max) = (
+            self.number(MIN_COMPACTION_LAG_MS),
+            self.number(MAX_COMPACTION_LAG_MS),
+        );
+        if min > max {
+            return Err(format!(
+                "conflict topic config setting {MIN_COMPACTION_LAG_MS} ({min}) > {MAX_COMPACTION_LAG_MS} ({max})"
+            ));
         }
         Ok(())
     }
@@ -238,13 +377,19 @@ impl TopicConfig {
     pub fn segment_ms(&self) -> i64 {
         self.number(SEGMENT_MS).max(1)
     }
+    pub fn segment_jitter_ms(&self) -> i64 {
+        self.number(SEGMENT_JITTER_MS).max(0)
+    }
+    pub fn index_interval_bytes(&self) -> u64 {
+        self.number(INDEX_INTERVAL_BYTES).max(0) as u64
+    }
     pub fn max_message_bytes(&self) -> usize {
         self.number(MAX_MESSAGE_BYTES).max(0) as usize
     }
     /// `cleanup.policy` includes `compact`.
     pub fn compact(&self) -> bool {
         self.get(CLEANUP_POLICY)
-            .is_some_and(|(v, _)| v.split(',').any(|p| p.trim() == "compact"))
+            .is_some_and(|(v, _)| list_items(v).contains(&"compact"))
     }
     pub fn min_compaction_lag_ms(&self) -> i64 {
         self.number(MIN_COMPACTION_LAG_MS).max(0)
@@ -269,6 +414,41 @@ impl TopicConfig {
         self.get(MESSAGE_TIMESTAMP_TYPE)
             .is_some_and(|(v, _)| v == "LogAppendTime")
     }
+    pub fn produce_policy(&self) -> ProducePolicy {
+        ProducePolicy {
+            compact: self.compact(),
+            timestamp_window_ms: (!self.log_append_time()).then(|| {
+                (
+                    self.number(MESSAGE_TIMESTAMP_BEFORE_MAX_MS).max(0),
+                    self.number(MESSAGE_TIMESTAMP_AFTER_MAX_MS).max(0),
+                )
+            }),
+            compression: self.compression(),
+            flush_messages: self.flush_messages(),
+            flush_ms: self.flush_ms(),
+        }
+    }
+    /// The codec batches are stored in and its level: `None` keeps the
+    /// producer's codec. Codec ids are the batch attribute's.
+    pub fn compression(&self) -> Option<(i16, Option<i32>)> {
+        let level = |name| Some(self.number(name) as i32);
+        match self.get(COMPRESSION_TYPE).map_or("producer", |(v, _)| v) {
+            "uncompressed" => Some((0, None)),
+            "gzip" => Some((1, level(COMPRESSION_GZIP_LEVEL))),
+            "snappy" => Some((2, None)),
+            "lz4" => Some((3, level(COMPRESSION_LZ4_LEVEL))),
+            "zstd" => Some((4, level(COMPRESSION_ZSTD_LEVEL))),
+            _ => None,
+        }
+    }
+    /// `flush.messages` and `flush.ms`, `None` where unset (Kafka's
+    /// default, Long.MAX_VALUE, means never).
+    pub fn flush_messages(&self) -> Option<i64> {
+        Some(self.number(FLUSH_MESSAGES)).filter(|&n| n < i64::MAX)
+    }
+    pub fn flush_ms(&self) -> Option<i64> {
+        Some(self.number(FLUSH_MS)).filter(|&n| n < i64::MAX)
+    }
 }
 
 #[cfg(test)]
@@ -279,6 +459,7 @@ mod tests {
     fn validates_kafka_names_and_values() {
         assert!(validate("cleanup.policy", "compact,delete").is_ok());
         assert!(validate("cleanup.policy", "shred").is_err());
+        assert!(validate("cleanup.policy", "").is_err());
         assert!(validate("retention.ms", "-1").is_ok());
         assert!(validate("retention.ms", "soon").is_err());
         assert!(validate("segment.bytes", "10").is_err());
@@ -292,6 +473,64 @@ mod tests {
     }
 
     #[test]
+    fn kafka_ranges_and_messages() {
+        let err = |n, v| validate(n, v).unwrap_err();
+        assert_eq!(
+            err("compression.type", "brotli"),
+            "Invalid value brotli for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"
+        );
+        assert_eq!(
+            err("min.cleanable.dirty.ratio", "1.5"),
+            "Invalid value 1.5 for configuration min.cleanable.dirty.ratio: Value must be no more than 1"
+        );
+        assert_eq!(
+            err("preallocate", "yes"),
+            "Invalid value yes for configuration preallocate: Expected value to be either true or false"
+        );
+        assert_eq!(
+            err("flush.messages", "0"),
+            "Invalid value 0 for configuration flush.messages: Value must be at least 1"
+        );
+        assert!(err("segment.index.bytes", "2147483648").ends_with("Not a number of type INT"));
+        assert!(validate("compression.gzip.level", "-1").is_ok());
+        assert!(validate("compression.gzip.level", "9").is_ok());
+        assert!(validate("compression.gzip.level", "0").is_err());
+        assert!(validate("compression.lz4.level", "18").is_err());
+        assert!(validate("compression.zstd.level", "-131072").is_ok());
+        assert!(validate("compression.zstd.level", "23").is_err());
+        assert!(validate("local.retention.ms", "-2").is_ok());
+        assert!(validate("local.retention.ms", "-3").is_err());
+        assert!(validate("max.compaction.lag.ms", "0").is_err());
+        assert!(validate("min.cleanable.dirty.ratio", "NaN").is_err());
+        assert!(validate("unclean.leader.election.enable", "TRUE").is_ok());
+        assert!(validate("leader.replication.throttled.replicas", "*").is_ok());
+        assert!(validate("leader.replication.throttled.replicas", "0:1, 1:1").is_ok());
+        assert!(validate("leader.replication.throttled.replicas", "").is_ok());
+        assert!(validate("follower.replication.throttled.replicas", "0-1").is_err());
+        assert!(validate("message.downconversion.enable", "false").is_ok());
+        assert!(validate("message.format.version", "3.0").is_err());
+    }
+
+    #[test]
+    fn every_default_is_valid() {
+        for d in TOPIC_CONFIGS {
+            assert!(validate(d.name, d.default).is_ok(), "{}", d.name);
+        }
+        // Kafka 4.x's 34 topic configs and Strata's 3.
+        assert_eq!(TOPIC_CONFIGS.len(), 37);
+    }
+
+    #[test]
+    fn compaction_lags_checked_together() {
+        let err = TopicConfig::from_pairs([
+            ("min.compaction.lag.ms", Some("10")),
+            ("max.compaction.lag.ms", Some("5")),
+        ])
+        .unwrap_err();
+        assert!(err.starts_with("conflict topic config setting min.compaction.lag.ms (10)"));
+    }
+
+    #[test]
     fn overrides_shadow_defaults() {
         let mut c = TopicConfig::default();
         assert_eq!(c.get("retention.ms"), Some(("604800000", false)));
@@ -299,5 +538,8 @@ mod tests {
         assert_eq!(c.get("retention.ms"), Some(("5", true)));
         c.set("retention.ms", None).unwrap();
         assert_eq!(c.get("retention.ms"), Some(("604800000", false)));
+        assert_eq!(c.compression(), None);
+        c.set("compression.type", Some("zstd")).unwrap();
+        assert_eq!(c.compression(), Some((4, Some(3))));
     }
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::log::index::write_synced;
 use crate::log::{AppendConfig, LogError, Partition};
-pub use config::TopicConfig;
+pub use config::{ProducePolicy, TopicConfig};
 use producer_ids::ProducerIdAllocator;
 
 const CLUSTER_FILE: &str = "cluster.json";
@@ -148,9 +148,15 @@ impl Topic {
             max_message_bytes: c.max_message_bytes(),
             segment_bytes: c.segment_bytes(),
             segment_ms: c.segment_ms(),
+            segment_jitter_ms: c.segment_jitter_ms(),
+            index_interval_bytes: c.index_interval_bytes(),
             log_append_time: c.log_append_time(),
             compact: c.compact(),
         }
+    }
+
+    pub fn produce_policy(&self) -> ProducePolicy {
+        self.config.read().produce_policy()
     }
 
     fn persist(&self) -> Result<(), CatalogError> {
@@ -494,6 +500,7 @@ impl Catalog {
         for (k, v) in changes {
             next.set(k, *v).map_err(CatalogError::InvalidConfig)?;
         }
+        next.check_together().map_err(CatalogError::InvalidConfig)?;
         if validate_only {
             return Ok(());
         }

@@ -49,7 +49,7 @@ use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, Pro
 use crate::format::records;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 use crate::format::FormatError;
-use crate::log::index::SegmentIndex;
+use crate::log::index::{SegmentIndex, INDEX_INTERVAL_BYTES};
 
 const KEY_INDEX_READ_BUFFER: usize = 64 * 1024;
 
@@ -184,6 +184,7 @@ impl Output<'_> {
             position,
             bytes.len() as u32,
             header.max_timestamp,
+            INDEX_INTERVAL_BYTES,
         );
         if header.max_timestamp > self.max_timestamp {
             self.max_timestamp = header.max_timestamp;
@@ -570,6 +571,8 @@ mod tests {
             max_message_bytes: 1 << 20,
             segment_bytes,
             segment_ms: i64::MAX,
+            segment_jitter_ms: 0,
+            index_interval_bytes: 4096,
             log_append_time: false,
             compact: false,
         }
@@ -956,7 +959,8 @@ mod tests {
         let raw = encode(&spec, &mut serial);
         let head = crate::format::batch::stamp_header(&raw, meta.next_offset, 0, None);
         let h = BatchHeader::parse(&head).unwrap().unwrap();
-        seg.append(&head, &raw[HEADER_LEN..], &h, 0).unwrap();
+        seg.append(&head, &raw[HEADER_LEN..], &h, 0, INDEX_INTERVAL_BYTES)
+            .unwrap();
         seg.seal(0).unwrap();
         let sources = vec![
             LocalSegment::open(out.path(), meta.base_offset).unwrap(),

@@ -1,10 +1,11 @@
 //! Record batches (magic 2) as opaque byte ranges.
 //!
-//! The broker never decodes records on the produce or fetch path: it reads the
-//! fixed 61-byte batch header, checks the CRC, and rewrites the few header
-//! fields the leader owns (base offset, partition leader epoch and, for
-//! LogAppendTime topics, the max timestamp). Everything after the header is
-//! stored and served exactly as the producer sent it, whatever its codec.
+//! The broker reads the fixed 61-byte batch header, checks the CRC, and
+//! rewrites the few header fields the leader owns (base offset, partition
+//! leader epoch and, for LogAppendTime topics, the max timestamp). Everything
+//! after the header is stored and served as the producer sent it, whatever
+//! its codec, unless a topic config needs the records: produce decodes them
+//! for per-record checks and recompresses them for `compression.type`.
 
 use std::io::Read;
 

@@ -14,6 +14,10 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use std::io::Write;
 
+use super::batch::{
+    compute_crc, ATTRIBUTES_OFFSET, BATCH_LENGTH_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER_LEN,
+    LOG_OVERHEAD,
+};
 use super::FormatError;
 
 /// The fields of one record the merge decides on, and its bytes.
@@ -102,6 +106,59 @@ fn compress_lz4(raw: &[u8], out: &mut Vec<u8>) -> Result<(), FormatError> {
     res.map_err(|e| codec_err(3, e))
 }
 
+/// A produced batch with its records compressed by `codec` at `level` (the
+/// codec's default for `None`), for a topic whose `compression.type` is not
+/// the producer's. Only the record area is re-encoded, from `area` (the
+/// batch's records, uncompressed): every header field stays as the producer
+/// sent it (base offset, deltas, timestamps, producer id, epoch and base
+/// sequence, so idempotent retries still match) except the codec bits, the
+/// length and the CRC, which are recomputed.
+pub fn recompress(
+    batch: &[u8],
+    area: &[u8],
+    codec: i16,
+    level: Option<i32>,
+) -> Result<Vec<u8>, FormatError> {
+    let mut out = Vec::with_capacity(HEADER_LEN + area.len());
+    out.extend_from_slice(&batch[..HEADER_LEN]);
+    match (codec, level) {
+        (1, Some(level)) => {
+            // Kafka's -1 is the zlib default.
+            let level = if level < 0 {
+                flate2::Compression::default()
+            } else {
+                flate2::Compression::new(level as u32)
+            };
+            let mut enc = flate2::write::GzEncoder::new(&mut out, level);
+            enc.write_all(area).map_err(|e| codec_err(1, e))?;
+            enc.finish().map_err(|e| codec_err(1, e))?;
+        }
+        (3, Some(level)) => {
+            // Levels above 2 select LZ4HC, as Kafka's do.
+            let mut enc = lz4::EncoderBuilder::new()
+                .level(level.max(0) as u32)
+                .block_mode(lz4::BlockMode::Independent)
+                .build(&mut out)
+                .map_err(|e| codec_err(3, e))?;
+            enc.write_all(area).map_err(|e| codec_err(3, e))?;
+            let (_, res) = enc.finish();
+            res.map_err(|e| codec_err(3, e))?;
+        }
+        (4, Some(level)) => {
+            zstd::stream::copy_encode(area, &mut out, level).map_err(|e| codec_err(4, e))?
+        }
+        _ => compress(codec, area, &mut out)?,
+    }
+    let length = (out.len() - LOG_OVERHEAD) as i32;
+    out[BATCH_LENGTH_OFFSET..BATCH_LENGTH_OFFSET + 4].copy_from_slice(&length.to_be_bytes());
+    let attrs = i16::from_be_bytes([out[ATTRIBUTES_OFFSET], out[ATTRIBUTES_OFFSET + 1]]);
+    let attrs = (attrs & !CODEC_MASK) | codec;
+    out[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.to_be_bytes());
+    let crc = compute_crc(&out);
+    out[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
 fn varint(buf: &[u8], pos: &mut usize) -> Result<i64, String> {
     let mut raw: u64 = 0;
     let mut shift = 0;
@@ -176,7 +233,7 @@ pub fn walk<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::batch::CODEC_MASK;
+    use crate::format::batch::{validate_produced, BatchHeader};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -243,6 +300,71 @@ mod tests {
             let mut again = Vec::new();
             compress(codec, &area, &mut again).unwrap();
             assert_eq!(decompress(codec, &again).unwrap(), area);
+        }
+    }
+
+    #[test]
+    fn recompression_keeps_the_header_and_records() {
+        let mut recs: Vec<Record> = (0..50)
+            .map(|i| record(i, Some("key"), Some("a value that repeats itself")))
+            .collect();
+        for r in &mut recs {
+            r.producer_id = 7;
+            r.producer_epoch = 2;
+            r.sequence += 11;
+        }
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &recs, &options).unwrap();
+        let before = BatchHeader::parse(&buf).unwrap().unwrap();
+        for (codec, level) in [
+            (1, Some(9)),
+            (1, Some(-1)),
+            (2, None),
+            (3, Some(9)),
+            (4, Some(-5)),
+            (4, Some(19)),
+            (0, None),
+        ] {
+            let out = recompress(&buf, &buf[HEADER_LEN..], codec, level).unwrap();
+            let after = validate_produced(&out).unwrap();
+            assert_eq!(after.attributes & CODEC_MASK, codec);
+            assert_eq!(
+                (
+                    after.base_offset,
+                    after.last_offset_delta,
+                    after.base_timestamp,
+                    after.max_timestamp
+                ),
+                (
+                    before.base_offset,
+                    before.last_offset_delta,
+                    before.base_timestamp,
+                    before.max_timestamp
+                )
+            );
+            assert_eq!(
+                (
+                    after.producer_id,
+                    after.producer_epoch,
+                    after.base_sequence,
+                    after.record_count
+                ),
+                (7, 2, 10, 50)
+            );
+            assert_eq!(
+                decompress(codec, &out[HEADER_LEN..]).unwrap(),
+                &buf[HEADER_LEN..]
+            );
+            if codec != 0 {
+                assert!(
+                    out.len() < buf.len(),
+                    "codec {codec} did not shrink the batch"
+                );
+            }
         }
     }
 }

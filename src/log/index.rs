@@ -1,6 +1,7 @@
 //! Sparse offset and time indexes of one segment.
 //!
-//! An entry is added every `INDEX_INTERVAL_BYTES` of log, so a lookup lands
+//! An entry is added every `index.interval.bytes` of log (4096 unless the
+//! topic says otherwise; recovery and merges use the default), so a lookup lands
 //! within a few KiB of the wanted batch and a short header scan finishes it.
 //! The active segment keeps its indexes in memory only (recovery rebuilds them
 //! from the log); sealing writes them next to the log as immutable files in the
@@ -44,8 +45,9 @@ impl SegmentIndex {
         position: u32,
         size: u32,
         max_timestamp: i64,
+        interval_bytes: u64,
     ) {
-        if self.offsets.is_empty() || self.bytes_since_last_entry >= INDEX_INTERVAL_BYTES {
+        if self.offsets.is_empty() || self.bytes_since_last_entry >= interval_bytes {
             self.offsets.push(OffsetEntry {
                 relative_offset,
                 position,
@@ -170,7 +172,7 @@ mod tests {
     fn sparse_lookup_and_roundtrip() {
         let mut idx = SegmentIndex::default();
         for i in 0..100u32 {
-            idx.on_append(i, i * 1000, 1000, 10 * i as i64);
+            idx.on_append(i, i * 1000, 1000, 10 * i as i64, INDEX_INTERVAL_BYTES);
         }
         // an entry every ~4 KiB: batches 0, 5, 10, ...
         assert_eq!(idx.lookup_offset(0), 0);

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -33,6 +33,10 @@ pub struct AppendConfig {
     pub max_message_bytes: usize,
     pub segment_bytes: u64,
     pub segment_ms: i64,
+    /// `segment.jitter.ms`: up to this much is taken off `segment_ms`, per segment.
+    pub segment_jitter_ms: i64,
+    /// `index.interval.bytes` of the sparse indexes.
+    pub index_interval_bytes: u64,
     pub log_append_time: bool,
     /// `cleanup.policy` includes `compact`: sealed segments get a key index.
     pub compact: bool,
@@ -71,6 +75,8 @@ pub struct Partition {
     head_sink: OnceLock<Arc<dyn HeadSink>>,
     /// Stamped into every batch appended; a single broker stays at 0.
     leader_epoch: AtomicI32,
+    /// When the last fsync finished (or the partition opened), for `flush.ms`.
+    last_sync_ms: AtomicI64,
 }
 
 struct State {
@@ -182,6 +188,7 @@ impl Partition {
             backpressure: OnceLock::new(),
             head_sink: OnceLock::new(),
             leader_epoch: AtomicI32::new(0),
+            last_sync_ms: AtomicI64::new(now),
         })
     }
 
@@ -238,6 +245,7 @@ impl Partition {
             &raw[batch::HEADER_LEN..],
             &stamped_header,
             now,
+            cfg.index_interval_bytes,
         )?;
         st.producers.record(&stamped_header);
         if let Some(sink) = self.head_sink.get() {
@@ -274,7 +282,8 @@ impl Partition {
             return Ok(());
         }
         let too_big = active.size() + incoming as u64 > cfg.segment_bytes;
-        let too_old = now - active.created_ms() >= cfg.segment_ms;
+        let too_old = now - active.created_ms()
+            >= cfg.segment_ms - self.roll_jitter(active.base_offset(), cfg);
         // Index entries hold 32-bit relative offsets.
         let offsets_full = active.next_offset() - active.base_offset() > (u32::MAX / 2) as i64;
         if !(too_big || too_old || offsets_full) {
@@ -294,6 +303,21 @@ impl Partition {
             .insert(next, Segment::create(&self.dir, next, now)?);
         tracing::debug!(dir = %self.dir.display(), base_offset = next, "rolled segment");
         Ok(())
+    }
+
+    /// Kafka draws a random `segment.jitter.ms` share per segment; a hash of
+    /// the partition and the segment's base offset spreads rolls the same
+    /// way and stays the same across restarts.
+    fn roll_jitter(&self, base_offset: i64, cfg: &AppendConfig) -> i64 {
+        let bound = cfg.segment_jitter_ms.min(cfg.segment_ms);
+        if bound <= 0 {
+            return 0;
+        }
+        let hash = xxhash_rust::xxh3::xxh3_64_with_seed(
+            self.dir.as_os_str().as_encoded_bytes(),
+            base_offset as u64,
+        );
+        (hash % bound as u64) as i64
     }
 
     /// Reads whole batches from `offset` on, at most `max_bytes` unless
@@ -517,7 +541,8 @@ impl Partition {
         let now = now_ms();
         self.maybe_roll(&mut st, cfg, stamped.len(), now)?;
         let (head, records) = stamped.split_at(batch::HEADER_LEN);
-        st.active_mut().append(head, records, &header, now)?;
+        st.active_mut()
+            .append(head, records, &header, now, cfg.index_interval_bytes)?;
         st.producers.record(&header);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
@@ -579,6 +604,18 @@ impl Partition {
         }
     }
 
+    /// Whether a topic's `flush.messages` or `flush.ms` asks for an fsync:
+    /// that many offsets are not yet durable, or unflushed data is waiting
+    /// and the last fsync is that old.
+    pub fn flush_due(&self, messages: Option<i64>, ms: Option<i64>) -> bool {
+        let unflushed = self.end_offset() - *self.durable.borrow();
+        unflushed > 0
+            && (messages.is_some_and(|m| unflushed >= m)
+                || ms.is_some_and(|ms| {
+                    now_ms().saturating_sub(self.last_sync_ms.load(Ordering::Relaxed)) >= ms
+                }))
+    }
+
     /// Syncs everything appended so far; a no-op when nothing is pending.
     pub async fn sync(&self) -> Result<(), LogError> {
         let end = self.end_offset();
@@ -595,6 +632,7 @@ impl Partition {
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
+        self.last_sync_ms.store(now_ms(), Ordering::Relaxed);
         self.durable.send_if_modified(|d| {
             let advanced = end > *d;
             *d = (*d).max(end);
@@ -903,9 +941,78 @@ mod tests {
             max_message_bytes: 1 << 20,
             segment_bytes: 1000,
             segment_ms: i64::MAX,
+            segment_jitter_ms: 0,
+            index_interval_bytes: 4096,
             log_append_time: false,
             compact: false,
         }
+    }
+
+    #[test]
+    fn index_interval_bytes_sets_the_index_density() {
+        for (interval, indexed_second) in [(0, true), (4096, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = Partition::open(dir.path()).unwrap();
+            let cfg = AppendConfig {
+                segment_bytes: 1 << 20,
+                index_interval_bytes: interval,
+                ..cfg()
+            };
+            let first = make_batch(2, -1, -1, -1, 1000);
+            p.append(&first, &cfg).unwrap();
+            p.append(&make_batch(2, -1, -1, -1, 1001), &cfg).unwrap();
+            let position = p.state.lock().active().index_position(2);
+            assert_eq!(
+                position == first.len() as u64,
+                indexed_second,
+                "interval {interval}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn flush_due_counts_unsynced_offsets_and_fsync_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        // Nothing to flush: never due.
+        assert!(!p.flush_due(Some(1), Some(0)));
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
+        assert!(p.flush_due(Some(2), None));
+        assert!(!p.flush_due(Some(3), None));
+        assert!(!p.flush_due(None, None));
+        assert!(!p.flush_due(None, Some(60_000)));
+        assert!(p.flush_due(None, Some(0)));
+        p.sync().await.unwrap();
+        assert!(!p.flush_due(Some(1), Some(0)));
+    }
+
+    #[test]
+    fn segment_jitter_shortens_segment_ms_per_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        let jittered = |segment_ms| AppendConfig {
+            segment_ms,
+            segment_jitter_ms: i64::MAX,
+            ..cfg()
+        };
+        assert_eq!(p.roll_jitter(0, &cfg()), 0);
+        let spread: std::collections::HashSet<i64> = (0..100)
+            .map(|b| p.roll_jitter(b, &jittered(1000)))
+            .collect();
+        assert!(spread.iter().all(|j| (0..1000).contains(j)) && spread.len() > 50);
+        // A segment.ms of at least 10 s whose jitter leaves at most 3 ms: the
+        // segment rolls at once, which without jitter it would not.
+        let segment_ms = (10_000..)
+            .find(|&ms| ms - p.roll_jitter(0, &jittered(ms)) <= 3)
+            .unwrap();
+        p.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let plain = AppendConfig {
+            segment_ms,
+            ..cfg()
+        };
+        assert!(!p.roll_if_due(&plain).unwrap());
+        assert!(p.roll_if_due(&jittered(segment_ms)).unwrap());
     }
 
     #[test]
@@ -1016,6 +1123,8 @@ mod tests {
         p.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap();
         let due = AppendConfig {
             segment_ms: 0,
+            segment_jitter_ms: 0,
+            index_interval_bytes: 4096,
             ..cfg()
         };
         assert!(p.roll_if_due(&due).unwrap());
@@ -1055,6 +1164,8 @@ mod tests {
         let (last, last_offset) = last.unwrap();
         let due = AppendConfig {
             segment_ms: 0,
+            segment_jitter_ms: 0,
+            index_interval_bytes: 4096,
             ..cfg()
         };
         assert!(p.roll_if_due(&due).unwrap());

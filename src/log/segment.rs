@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::index::{write_synced, SegmentIndex};
+use super::index::{write_synced, SegmentIndex, INDEX_INTERVAL_BYTES};
 use super::producer_state::ProducerStates;
 use super::LogError;
 use crate::format::batch::{self, BatchHeader, HEADER_LEN};
@@ -126,7 +126,7 @@ impl Segment {
             if batch::compute_crc(&data) != h.crc {
                 break;
             }
-            self.track(&h, pos);
+            self.track(&h, pos, INDEX_INTERVAL_BYTES);
             expected_next = Some(h.last_offset() + 1);
             pos += h.size as u64;
         }
@@ -143,10 +143,15 @@ impl Segment {
         Ok(())
     }
 
-    fn track(&mut self, h: &BatchHeader, pos: u64) {
+    fn track(&mut self, h: &BatchHeader, pos: u64, index_interval_bytes: u64) {
         let rel = (h.base_offset - self.base_offset) as u32;
-        self.index
-            .on_append(rel, pos as u32, h.size as u32, h.max_timestamp);
+        self.index.on_append(
+            rel,
+            pos as u32,
+            h.size as u32,
+            h.max_timestamp,
+            index_interval_bytes,
+        );
         if h.max_timestamp > self.max_timestamp {
             self.max_timestamp = h.max_timestamp;
             self.max_timestamp_position = pos;
@@ -165,6 +170,7 @@ impl Segment {
                 loc.position as u32,
                 loc.header.size as u32,
                 loc.header.max_timestamp,
+                INDEX_INTERVAL_BYTES,
             );
             true
         })?;
@@ -179,6 +185,7 @@ impl Segment {
         body: &[u8],
         stamped: &BatchHeader,
         now_ms: i64,
+        index_interval_bytes: u64,
     ) -> Result<(), LogError> {
         debug_assert!(self.meta.is_none(), "append to a sealed segment");
         if self.size == 0 {
@@ -188,7 +195,7 @@ impl Segment {
         let pos = self.size;
         self.file.write_all_at(header, pos)?;
         self.file.write_all_at(body, pos + header.len() as u64)?;
-        self.track(stamped, pos);
+        self.track(stamped, pos, index_interval_bytes);
         Ok(())
     }
 
@@ -432,7 +439,8 @@ mod tests {
             let raw = make_batch(2, -1, -1, -1, 100);
             let s = stamp_header(&raw, seg.next_offset(), 0, None);
             let h = BatchHeader::parse(&s).unwrap().unwrap();
-            seg.append(&s, &raw[HEADER_LEN..], &h, 0).unwrap();
+            seg.append(&s, &raw[HEADER_LEN..], &h, 0, INDEX_INTERVAL_BYTES)
+                .unwrap();
         }
     }
 
