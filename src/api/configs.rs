@@ -1,6 +1,8 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, and
 //! a read-only view of the broker's own settings.
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::describe_configs_response::{
@@ -205,11 +207,47 @@ fn error_pair(e: CatalogError) -> Failure {
     (catalog_error_code(&e), e.to_string())
 }
 
-pub fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
-    let responses = req
-        .resources
-        .into_iter()
-        .map(|r| {
+/// Applies `changes` to topic `name`: in the catalog alone, or in cluster
+/// mode in etcd, which every broker's catalog follows.
+async fn alter_topic(
+    broker: &Broker,
+    name: &str,
+    changes: &[(&str, Option<&str>)],
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), Failure> {
+    let Some(cluster) = &broker.cluster else {
+        return broker
+            .catalog
+            .alter_config(name, changes, replace, validate_only)
+            .map_err(error_pair);
+    };
+    let next = broker
+        .catalog
+        .altered_config(name, changes, replace)
+        .map_err(error_pair)?;
+    if validate_only {
+        return Ok(());
+    }
+    cluster
+        .topics()
+        .alter_config(name, next.overrides)
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let code = if e.is_retriable() {
+                ResponseError::RequestTimedOut
+            } else {
+                ResponseError::InvalidRequest
+            };
+            (code.code(), e.to_string())
+        })
+}
+
+pub async fn alter_configs(broker: Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        responses.push({
             let result = if r.resource_type != RESOURCE_TOPIC {
                 Err(not_a_topic(r.resource_type))
             } else {
@@ -218,10 +256,8 @@ pub fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsR
                     .iter()
                     .map(|c| (c.name.as_str(), c.value.as_deref()))
                     .collect();
-                broker
-                    .catalog
-                    .alter_config(r.resource_name.as_str(), &changes, true, req.validate_only)
-                    .map_err(error_pair)
+                let name = r.resource_name.as_str();
+                alter_topic(&broker, name, &changes, true, req.validate_only).await
             };
             let resp = AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
@@ -232,51 +268,42 @@ pub fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsR
                     .with_error_code(code)
                     .with_error_message(Some(StrBytes::from_string(msg))),
             }
-        })
-        .collect();
+        });
+    }
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-pub fn incremental_alter_configs(
-    broker: &Broker,
+pub async fn incremental_alter_configs(
+    broker: Arc<Broker>,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    let responses = req
-        .resources
-        .into_iter()
-        .map(|r| {
-            let result = if r.resource_type != RESOURCE_TOPIC {
-                Err(not_a_topic(r.resource_type))
-            } else {
-                incremental_changes(broker, r.resource_name.as_str(), &r.configs).and_then(
-                    |changes| {
-                        let changes: Vec<(&str, Option<&str>)> = changes
-                            .iter()
-                            .map(|(k, v)| (k.as_str(), v.as_deref()))
-                            .collect();
-                        broker
-                            .catalog
-                            .alter_config(
-                                r.resource_name.as_str(),
-                                &changes,
-                                false,
-                                req.validate_only,
-                            )
-                            .map_err(error_pair)
-                    },
-                )
-            };
-            let resp = IncrementalResult::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name);
-            match result {
-                Ok(()) => resp,
-                Err((code, msg)) => resp
-                    .with_error_code(code)
-                    .with_error_message(Some(StrBytes::from_string(msg))),
+    let mut responses = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let name = r.resource_name.as_str();
+        let result = if r.resource_type != RESOURCE_TOPIC {
+            Err(not_a_topic(r.resource_type))
+        } else {
+            match incremental_changes(&broker, name, &r.configs) {
+                Ok(changes) => {
+                    let changes: Vec<(&str, Option<&str>)> = changes
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_deref()))
+                        .collect();
+                    alter_topic(&broker, name, &changes, false, req.validate_only).await
+                }
+                Err(e) => Err(e),
             }
-        })
-        .collect();
+        };
+        let resp = IncrementalResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        responses.push(match result {
+            Ok(()) => resp,
+            Err((code, msg)) => resp
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(msg))),
+        });
+    }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 

@@ -491,6 +491,23 @@ impl Catalog {
         replace: bool,
         validate_only: bool,
     ) -> Result<(), CatalogError> {
+        let next = self.altered_config(name, changes, replace)?;
+        if validate_only {
+            return Ok(());
+        }
+        let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
+        *topic.config.write() = next;
+        topic.persist()
+    }
+
+    /// The topic's config with `changes` applied, validated but not stored
+    /// (in cluster mode etcd stores it, and every catalog follows).
+    pub fn altered_config(
+        &self,
+        name: &str,
+        changes: &[(&str, Option<&str>)],
+        replace: bool,
+    ) -> Result<TopicConfig, CatalogError> {
         let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
         let mut next = if replace {
             TopicConfig::default()
@@ -501,11 +518,7 @@ impl Catalog {
             next.set(k, *v).map_err(CatalogError::InvalidConfig)?;
         }
         next.check_together().map_err(CatalogError::InvalidConfig)?;
-        if validate_only {
-            return Ok(());
-        }
-        *topic.config.write() = next;
-        topic.persist()
+        Ok(next)
     }
 
     /// Every partition of every topic (for background flushing and shutdown).

@@ -188,7 +188,8 @@ impl Member {
     /// revoked so the controller reassigns at once instead of after a TTL.
     pub async fn leave(&self) -> Result<()> {
         self.task.abort();
-        match *self.state.borrow() {
+        let state = *self.state.borrow();
+        match state {
             LeaseState::Live { lease, .. } => self.etcd.revoke(lease).await,
             LeaseState::Lost => Ok(()),
         }

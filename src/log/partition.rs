@@ -510,6 +510,9 @@ impl Partition {
         );
         st.log_start_offset = point.log_start_offset;
         st.producers = producers;
+        if let Some(sink) = self.head_sink.get() {
+            sink.reset(point.next_offset);
+        }
         drop(st);
         self.end_offset.send_replace(point.next_offset);
         self.durable.send_replace(point.next_offset);

@@ -35,6 +35,10 @@ pub trait HeadSink: Send + Sync {
 
     /// Resolves once every offset below `end` is durable, or fails.
     fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()>;
+
+    /// The log was reset to continue at `end`, everything below being
+    /// durable elsewhere already.
+    fn reset(&self, end: i64);
 }
 
 pub trait RemoteLog: Send + Sync {

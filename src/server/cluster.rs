@@ -179,6 +179,8 @@ pub(super) struct Leadership {
     pub wal: Arc<Wal>,
     pub coordinator: Arc<GroupCoordinator>,
     pub own_floor: u64,
+    /// Told why when this run of the broker must end.
+    pub fatal: watch::Sender<Option<String>>,
 }
 
 impl Leadership {
@@ -195,12 +197,36 @@ impl Leadership {
         let mut lease = self.node.member().subscribe();
         let mut retry = tokio::time::interval(Duration::from_millis(500));
         let mut released: HashSet<(Uuid, i32, i32)> = HashSet::new();
+        let mut lost = false;
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 _ = changes.changed() => {}
                 _ = lease.changed() => {}
                 _ = retry.tick() => {}
+            }
+            let live = matches!(self.node.member().lease_state(), LeaseState::Live { .. });
+            if live && lost {
+                // Back after losing the lease: the partitions may have been
+                // taken over meanwhile, and this broker fenced.
+                match self.wal.probe().await {
+                    Ok(_) => lost = false,
+                    Err(e) => tracing::warn!(error = %e, "could not check for a fence"),
+                }
+            }
+            lost |= !live;
+            if self.wal.is_fenced() {
+                // A newer leader took this broker's partitions after it was
+                // paused past its lease: nothing it holds may be served. A
+                // fresh run fences its own earlier runs and starts clean.
+                self.node.stop_all();
+                if let Err(e) = self.node.member().leave().await {
+                    tracing::warn!(error = %e, "leaving the cluster failed");
+                }
+                let why = "fenced by a newer leader after a pause; restart to rejoin";
+                tracing::error!("{why}");
+                self.fatal.send_replace(Some(why.into()));
+                return;
             }
             let registered = match self.node.member().lease_state() {
                 LeaseState::Live { revision, .. } => revision,

@@ -35,6 +35,8 @@ pub struct Server {
     tier: Arc<Tier>,
     /// Cluster mode: this broker's membership and write-ahead log.
     joined: Option<cluster::Joined>,
+    /// Set when the broker must stop serving for good.
+    fatal: watch::Sender<Option<String>>,
 }
 
 impl Server {
@@ -136,6 +138,7 @@ impl Server {
             joined.as_ref().map(|j| j.node.clone()),
         ));
         let (stop, stop_rx) = watch::channel(false);
+        let (fatal, _) = watch::channel(None);
         if let Some(j) = &joined {
             tokio::spawn(j.wal.clone().run(stop_rx.clone()));
             let leadership = cluster::Leadership {
@@ -145,6 +148,7 @@ impl Server {
                 wal: j.wal.clone(),
                 coordinator: coordinator.clone(),
                 own_floor: j.own_floor,
+                fatal: fatal.clone(),
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
         }
@@ -202,6 +206,7 @@ impl Server {
             accept,
             tier,
             joined,
+            fatal,
         })
     }
 
@@ -215,10 +220,18 @@ impl Server {
     }
 
     /// Runs until the accept loop ends (it only ends on shutdown).
+    /// Fails when the broker cannot go on (cluster mode: fenced by a newer
+    /// leader after a pause), so that it exits and starts afresh.
     pub async fn wait(&self) -> anyhow::Result<()> {
         let mut rx = self.stop.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
-        Ok(())
+        let mut fatal = self.fatal.subscribe();
+        tokio::select! {
+            _ = rx.wait_for(|s| *s) => Ok(()),
+            f = fatal.wait_for(|f| f.is_some()) => match f.ok().and_then(|f| f.clone()) {
+                Some(why) => Err(anyhow::anyhow!(why)),
+                None => Ok(()),
+            },
+        }
     }
 
     /// Stops accepting connections and makes everything appended durable.

@@ -150,6 +150,20 @@ impl Wal {
         self.fenced.load(Ordering::Relaxed)
     }
 
+    /// Looks for a fence without waiting for the next write to run into it
+    /// (after this broker lost its lease, takeovers may have fenced it).
+    pub async fn probe(&self) -> Result<bool, WalError> {
+        let next = self.next_seq.load(Ordering::Relaxed);
+        let taken = list_seqs(&self.store, self.node_id)
+            .await?
+            .last()
+            .is_some_and(|&last| last >= next);
+        if taken {
+            self.fenced.store(true, Ordering::Relaxed);
+        }
+        Ok(self.is_fenced())
+    }
+
     /// Writes what is pending every flush interval (or sooner when enough
     /// is), one object at a time, until `stop` turns true.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
@@ -323,6 +337,14 @@ impl HeadSink for WalPartition {
                 records,
             },
         );
+    }
+
+    fn reset(&self, end: i64) {
+        self.durable.send_modify(|d| {
+            if d.is_ok() {
+                *d = Ok(end);
+            }
+        });
     }
 
     fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()> {
