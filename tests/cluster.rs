@@ -238,11 +238,12 @@ async fn acknowledged_records_survive_the_loss_of_their_leaders_machine() {
         .set("bootstrap.servers", &bootstrap)
         .create()
         .unwrap();
+    // Idle segments roll within a second, so the WAL is soon collectable.
+    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))
+        .set("segment.ms", "1000")
+        .set("strata.compaction.policy", "none");
     let created = admin
-        .create_topics(
-            &[NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
+        .create_topics(&[topic], &AdminOptions::new())
         .await
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
@@ -293,6 +294,47 @@ async fn acknowledged_records_survive_the_loss_of_their_leaders_machine() {
         "no record twice (idempotence across failover)"
     );
     assert_eq!(got.len(), acked.len());
+
+    // Once sealed segments hold the data, the write-ahead log objects go
+    // (a dead broker's too); what stays is each node's newest and fences.
+    let written = wal_data_objects(cluster.store.path());
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = wal_data_objects(cluster.store.path());
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} of {written} WAL objects never collected"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("{written} WAL objects with data collected");
+}
+
+/// WAL objects holding data that are not their node's newest.
+fn wal_data_objects(store: &Path) -> usize {
+    let Ok(nodes) = std::fs::read_dir(store.join("wal")) else {
+        return 0;
+    };
+    let mut count = 0;
+    for node in nodes {
+        let mut files: Vec<_> = std::fs::read_dir(node.unwrap().path())
+            .unwrap()
+            .map(|f| f.unwrap().path())
+            .collect();
+        files.sort();
+        files.pop();
+        for f in files {
+            let Ok(bytes) = std::fs::read(&f) else {
+                continue;
+            };
+            let object = strata::format::wal::decode(bytes.into()).unwrap();
+            count += usize::from(!object.is_fence());
+        }
+    }
+    count
 }
 
 fn signal(process: &Process, sig: &str) {

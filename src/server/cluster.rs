@@ -28,7 +28,7 @@ use crate::cluster::{
 use crate::config::BrokerConfig;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::GroupCoordinator;
-use crate::tier::{NewLeader, Tier};
+use crate::tier::{NewLeader, Tier, WalCollector};
 use crate::wal::{self, Wal};
 
 /// How long to wait for etcd to describe the internal topics at startup.
@@ -167,6 +167,26 @@ fn attach_wal(catalog: &Catalog, wal: &Arc<Wal>) {
                 let sink = wal.partition(topic.id(), index as i32, partition.end_offset());
                 partition.attach_head_sink(Arc::new(sink));
             }
+        }
+    }
+}
+
+/// How often write-ahead log objects are checked for collection.
+const WAL_COLLECT_EVERY: Duration = Duration::from_secs(10);
+
+/// Deletes write-ahead log objects whose data sealed segments hold, until `stop`.
+pub(super) async fn collect_wal(tier: Arc<Tier>, mut stop: watch::Receiver<bool>) {
+    let mut collector = WalCollector::default();
+    let mut tick = tokio::time::interval(WAL_COLLECT_EVERY);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+        match collector.collect(&tier).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(objects = n, "collected write-ahead log objects"),
+            Err(e) => tracing::warn!(error = %e, "collecting write-ahead log objects failed"),
         }
     }
 }

@@ -151,6 +151,7 @@ impl Server {
                 fatal: fatal.clone(),
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
+            tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
         }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
         tokio::spawn(schedule_compactions(

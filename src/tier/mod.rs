@@ -21,6 +21,7 @@ mod retention;
 mod takeover;
 mod topics;
 mod uploader;
+mod wal_gc;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +43,7 @@ use retention::Retention;
 pub use takeover::NewLeader;
 use topics::TopicSync;
 use uploader::Uploader;
+pub use wal_gc::WalCollector;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TierError {

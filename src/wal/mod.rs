@@ -433,6 +433,52 @@ pub async fn read_partition(
     Ok(out)
 }
 
+/// Every object in the store's write-ahead logs, by node: its sequence
+/// numbers, ascending.
+pub async fn list_all(store: &Arc<dyn ObjectStore>) -> Result<BTreeMap<i32, Vec<u64>>, WalError> {
+    let objects: Vec<_> = store.list(Some(&Path::from("wal"))).try_collect().await?;
+    let mut by_node: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    for o in objects {
+        let mut parts = o.location.parts();
+        let (Some(_), Some(node), Some(file)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let node = node.as_ref().parse::<i32>().ok();
+        let seq = file
+            .as_ref()
+            .strip_suffix(".wal")
+            .and_then(|s| s.parse::<u64>().ok());
+        if let (Some(node), Some(seq)) = (node, seq) {
+            by_node.entry(node).or_default().push(seq);
+        }
+    }
+    for seqs in by_node.values_mut() {
+        seqs.sort_unstable();
+    }
+    Ok(by_node)
+}
+
+/// The entries of one object (`None` for a fence); `Ok(None)` too when it is gone.
+pub async fn entries(
+    store: &Arc<dyn ObjectStore>,
+    node_id: i32,
+    seq: u64,
+) -> Result<Option<Vec<crate::format::wal::WalEntry>>, WalError> {
+    match store.get(&object_key(node_id, seq)).await {
+        Ok(r) => Ok(decode(r.bytes().await?)?.entries),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes object `seq` of node `node_id` (gone already is fine).
+pub async fn delete(store: &Arc<dyn ObjectStore>, node_id: i32, seq: u64) -> Result<(), WalError> {
+    match store.delete(&object_key(node_id, seq)).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn rand_nonce() -> u64 {
     Uuid::new_v4().as_u64_pair().0
 }
