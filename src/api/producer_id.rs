@@ -1,12 +1,17 @@
 //! InitProducerId for idempotent producers (transactions are not supported).
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::error::catalog_error_code;
 use super::Broker;
 
-pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn init_producer_id(
+    broker: Arc<Broker>,
+    req: InitProducerIdRequest,
+) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default();
     if req.transactional_id.is_some() {
         tracing::warn!("transactional producer refused: transactions are not supported");
@@ -18,10 +23,22 @@ pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProd
             .with_producer_id(req.producer_id)
             .with_producer_epoch(req.producer_epoch + 1);
     }
-    match broker.catalog.allocate_producer_id() {
+    // In cluster mode ids come from blocks agreed in etcd, so no two
+    // brokers hand out the same one.
+    let allocated = match &broker.cluster {
+        None => broker
+            .catalog
+            .allocate_producer_id()
+            .map_err(|e| catalog_error_code(&e)),
+        Some(c) => c.next_producer_id().await.map_err(|e| {
+            tracing::warn!(error = %e, "no producer id block from etcd");
+            ResponseError::CoordinatorNotAvailable.code()
+        }),
+    };
+    match allocated {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
-        Err(e) => resp
-            .with_error_code(catalog_error_code(&e))
+        Err(code) => resp
+            .with_error_code(code)
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
     }

@@ -24,7 +24,12 @@ pub struct ClusterNode {
     topics: TopicStore,
     /// Partitions served now, with the epoch they are served at.
     serving: RwLock<HashMap<(Uuid, i32), i32>>,
+    /// Producer ids left in the block this broker took from etcd.
+    producer_ids: tokio::sync::Mutex<std::ops::Range<i64>>,
 }
+
+/// Producer ids taken from etcd at a time.
+const PRODUCER_ID_BLOCK: i64 = 1000;
 
 impl ClusterNode {
     pub fn new(cluster_id: String, member: Arc<Member>, view: ClusterView) -> ClusterNode {
@@ -34,7 +39,20 @@ impl ClusterNode {
             member,
             view,
             serving: RwLock::new(HashMap::new()),
+            producer_ids: tokio::sync::Mutex::new(0..0),
         }
+    }
+
+    /// A producer id no other broker of the cluster hands out.
+    pub async fn next_producer_id(&self) -> super::Result<i64> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.is_empty() {
+            let blocks = super::ProducerIdBlocks::new(self.member.etcd().clone());
+            *ids = blocks.allocate(PRODUCER_ID_BLOCK).await?;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok(id)
     }
 
     /// The id every broker of the cluster reports.
