@@ -95,6 +95,23 @@ fn metadata_consumer(bootstrap: &str) -> BaseConsumer {
         .unwrap()
 }
 
+/// Creates the test topic; idle segments roll within a second, so that the
+/// write-ahead log soon becomes collectable.
+async fn create_topic(bootstrap: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))
+        .set("segment.ms", "1000")
+        .set("strata.compaction.policy", "none");
+    let created = admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+}
+
 /// Leader node of each partition, once every partition has one.
 fn leaders(bootstrap: &str) -> Option<BTreeMap<i32, i32>> {
     let md = metadata_consumer(bootstrap)
@@ -234,19 +251,7 @@ async fn acknowledged_records_survive_the_loss_of_their_leaders_machine() {
         return;
     };
     let bootstrap = cluster.bootstrap();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .unwrap();
-    // Idle segments roll within a second, so the WAL is soon collectable.
-    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))
-        .set("segment.ms", "1000")
-        .set("strata.compaction.policy", "none");
-    let created = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(created[0].is_ok(), "{created:?}");
+    create_topic(&bootstrap).await;
     let before = wait_for_leaders(&bootstrap, |_| true).await;
     // Leaders spread over every partition of every topic, internal ones too.
     let spread: BTreeSet<i32> = before.values().copied().collect();
@@ -351,16 +356,7 @@ async fn a_paused_leader_acknowledges_nothing_after_losing_its_partitions() {
         return;
     };
     let bootstrap = cluster.bootstrap();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .unwrap();
-    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1));
-    let created = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(created[0].is_ok(), "{created:?}");
+    create_topic(&bootstrap).await;
     let before = wait_for_leaders(&bootstrap, |_| true).await;
     let p = producer(&bootstrap);
     let mut acked = produce(&p, 0..300).await;

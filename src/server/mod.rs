@@ -64,8 +64,8 @@ impl Server {
                 "restored from the object store"
             );
         }
-        // Built once and handed down; the coordinator and fetch read time only
-        // through these (tier, compaction and log do not yet).
+        // Built once and handed down: the group coordinator, fetch waits, the
+        // tier's jobs and compaction scheduling read time through these.
         let clock = clock::system();
         let random = clock::os_random();
         let data_dir = config.data_dir.clone();
@@ -112,10 +112,11 @@ impl Server {
         };
         let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
         if let Some(j) = &joined {
+            // Uploads, retention, orphan scans and merges: only what this broker serves.
             let node = j.node.clone();
-            tier.set_scope(Arc::new(move |t, p| node.serving(t, p).is_some()));
-            let node = j.node.clone();
-            scheduler.set_scope(Arc::new(move |t, p| node.serving(t, p).is_some()));
+            let serves: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
+            tier.set_scope(serves.clone());
+            scheduler.set_scope(serves);
         }
         // After the tier: the replay reads tiered offsets through it.
         let coordinator = Arc::new(
