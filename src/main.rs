@@ -1,5 +1,6 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
@@ -27,6 +28,16 @@ enum Command {
     Compact(CompactArgs),
     /// Show a topic's tiered segments by compaction level, from the store.
     Levels(LevelsArgs),
+    /// Show a cluster as etcd describes it: brokers, controller, and each
+    /// partition's leader and leader epoch.
+    Cluster(ClusterArgs),
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// The cluster: `etcd://host:2379[,host:2379...]/prefix`.
+    #[arg(long, env = "STRATA_CLUSTER")]
+    cluster: String,
 }
 
 #[derive(Args)]
@@ -95,6 +106,21 @@ fn main() -> anyhow::Result<()> {
                 worker.await??;
                 Ok(())
             })
+        }
+        Command::Cluster(args) => {
+            let url: strata::cluster::ClusterUrl = args.cluster.parse()?;
+            let report = runtime.block_on(async {
+                let etcd = strata::cluster::Etcd::connect(&url, Duration::from_secs(5)).await?;
+                let view = strata::cluster::ClusterView::start(etcd, -1);
+                let state = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    view.wait_for(|s| s.revision > 0),
+                )
+                .await?;
+                anyhow::Ok(state.report())
+            })?;
+            print!("{report}");
+            Ok(())
         }
         Command::Levels(args) => {
             let store = open_from_args(&args.store, &args.data_dir)?;

@@ -46,7 +46,7 @@ impl Cluster {
     fn start_broker(&mut self, node: i32) {
         let dir = tempfile::tempdir().unwrap();
         let store = format!("file://{}", self.store.path().display());
-        let etcd = format!("etcd://127.0.0.1:{}/strata-test", self.etcd.client_port);
+        let etcd = self.etcd_url();
         let process = Process::start(
             dir.path(),
             free_port(),
@@ -66,6 +66,20 @@ impl Cluster {
             ],
         );
         self.brokers.insert(node, (process, dir));
+    }
+
+    fn etcd_url(&self) -> String {
+        format!("etcd://127.0.0.1:{}/strata-test", self.etcd.client_port)
+    }
+
+    /// What `strata cluster` prints.
+    fn describe(&self) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["cluster", "--cluster", &self.etcd_url()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
     }
 
     fn bootstrap(&self) -> String {
@@ -253,6 +267,18 @@ async fn acknowledged_records_survive_the_loss_of_their_leaders_machine() {
     let bootstrap = cluster.bootstrap();
     create_topic(&bootstrap).await;
     let before = wait_for_leaders(&bootstrap, |_| true).await;
+    // `strata cluster` shows what etcd holds: the brokers and the leaders.
+    let shown = cluster.describe();
+    for node in [1, 2, 3] {
+        assert!(
+            shown.contains(&format!("broker {node} at 127.0.0.1:")),
+            "{shown}"
+        );
+    }
+    for (partition, leader) in &before {
+        let line = format!("{TOPIC}-{partition}: leader {leader} epoch ");
+        assert!(shown.contains(&line), "{line} in {shown}");
+    }
     // Leaders spread over every partition of every topic, internal ones too.
     let spread: BTreeSet<i32> = before.values().copied().collect();
     assert!(spread.len() >= 2, "leaders spread over brokers: {before:?}");

@@ -140,6 +140,40 @@ impl ClusterState {
         s
     }
 
+    /// Brokers, controller, and each partition's leader and epoch, as
+    /// `strata cluster` prints them.
+    pub fn report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let controller = self.controller.map_or("none".into(), |c| c.to_string());
+        let _ = writeln!(out, "controller: {controller}");
+        for b in self.brokers.values() {
+            let led = self.partitions_led_by(b.node_id).len();
+            let _ = writeln!(
+                out,
+                "broker {} at {}:{} leads {led} partitions",
+                b.node_id, b.host, b.port
+            );
+        }
+        for (name, topic) in &self.topics {
+            let t = &topic.value;
+            let _ = writeln!(out, "topic {name} ({}), {} partitions", t.id, t.partitions);
+            for p in 0..t.partitions {
+                let leader = match self.assignment.get(&t.id).and_then(|a| a.value.get(&p)) {
+                    Some(l) => {
+                        let handover = l
+                            .handover_to
+                            .map_or(String::new(), |n| format!(", handing over to {n}"));
+                        format!("leader {} epoch {}{handover}", l.leader, l.epoch)
+                    }
+                    None => "no leader".into(),
+                };
+                let _ = writeln!(out, "  {name}-{p}: {leader}");
+            }
+        }
+        out
+    }
+
     /// Leader and epoch of a partition, if assigned.
     pub fn leader_of(&self, topic: Uuid, partition: i32) -> Option<(NodeId, i32)> {
         let e = self.assignment.get(&topic)?.value.get(&partition)?;
