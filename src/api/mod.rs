@@ -74,9 +74,8 @@ pub struct Broker {
 pub(crate) enum Route {
     /// This broker serves it, at this leader epoch.
     Serve(i32),
-    /// Another broker leads it (or nobody yet): NOT_LEADER_OR_FOLLOWER, with
-    /// the leader's node and epoch where known.
-    Elsewhere(Option<(i32, i32)>),
+    /// Another broker leads it (or nobody yet): NOT_LEADER_OR_FOLLOWER.
+    Elsewhere,
 }
 
 impl Broker {
@@ -93,7 +92,7 @@ impl Broker {
             .partition(index)
             .ok_or(ResponseError::UnknownTopicOrPartition.code())?;
         match self.route(topic.id(), index) {
-            Route::Elsewhere(_) => Err(ResponseError::NotLeaderOrFollower.code()),
+            Route::Elsewhere => Err(ResponseError::NotLeaderOrFollower.code()),
             Route::Serve(epoch) if client_epoch >= 0 && client_epoch > epoch => {
                 Err(ResponseError::UnknownLeaderEpoch.code())
             }
@@ -111,7 +110,7 @@ impl Broker {
             None => Route::Serve(0),
             Some(c) => match c.serving(topic_id, partition) {
                 Some(epoch) => Route::Serve(epoch),
-                None => Route::Elsewhere(c.leader_of(topic_id, partition)),
+                None => Route::Elsewhere,
             },
         }
     }
