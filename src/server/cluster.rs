@@ -38,9 +38,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) struct Joined {
     pub node: Arc<ClusterNode>,
     pub wal: Arc<Wal>,
-    /// Objects of this node's log below this sequence number were written by
-    /// its earlier runs (now fenced).
-    pub own_floor: u64,
     pub controller: Controller,
 }
 
@@ -98,7 +95,6 @@ pub(super) async fn join(
     Ok(Joined {
         node: Arc::new(ClusterNode::new(cluster_id, Arc::new(member), view)),
         wal,
-        own_floor,
         controller,
     })
 }
@@ -198,7 +194,6 @@ pub(super) struct Leadership {
     pub tier: Arc<Tier>,
     pub wal: Arc<Wal>,
     pub coordinator: Arc<GroupCoordinator>,
-    pub own_floor: u64,
     /// Told why when this run of the broker must end.
     pub fatal: watch::Sender<Option<String>>,
 }
@@ -317,11 +312,17 @@ impl Leadership {
         let partition = topic
             .partition(index)
             .context("partition not mirrored yet")?;
-        let me = self.node.node_id();
+        // This broker may have led the partition until it lost its lease a
+        // moment ago: what it appended then must be in its log before the
+        // takeover reads the head back from there.
+        let appended = partition.end_offset();
+        tokio::time::timeout(self.node.member().ttl(), partition.wait_durable(appended))
+            .await
+            .context("the write-ahead log is not writable")??;
         let leader = NewLeader {
-            node_id: me,
+            node_id: self.node.node_id(),
             epoch,
-            own_floor: self.own_floor,
+            own_written: self.wal.next_sequence(),
         };
         self.tier
             .take_over(&topic, index, &partition, leader, alive)

@@ -148,7 +148,6 @@ impl Server {
                 tier: tier.clone(),
                 wal: j.wal.clone(),
                 coordinator: coordinator.clone(),
-                own_floor: j.own_floor,
                 fatal: fatal.clone(),
             };
             tokio::spawn(leadership.run(stop_rx.clone()));

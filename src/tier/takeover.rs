@@ -38,9 +38,11 @@ const ATTEMPTS: usize = 8;
 pub struct NewLeader {
     pub node_id: i32,
     pub epoch: i32,
-    /// The first sequence number of this run's own write-ahead log: objects
-    /// below it are an earlier run's.
-    pub own_floor: u64,
+    /// Where this broker's own write-ahead log stands: objects below this
+    /// sequence number hold everything it made durable, in earlier runs and
+    /// in this one (it may take back a partition it led before losing its
+    /// lease, whose head then sits in this run's objects).
+    pub own_written: u64,
 }
 
 impl Tier {
@@ -57,7 +59,7 @@ impl Tier {
         let NewLeader {
             node_id,
             epoch,
-            own_floor,
+            own_written,
         } = leader;
         let store = self.partitions.store().clone();
         let remote = self.partitions.attach(topic, index, partition).await?;
@@ -78,7 +80,7 @@ impl Tier {
                 None => Vec::new(),
                 Some(LeaderMark { node_id: prev, .. }) => {
                     let below = if prev == node_id {
-                        own_floor
+                        own_written
                     } else if alive(prev) {
                         u64::MAX
                     } else {

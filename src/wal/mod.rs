@@ -145,6 +145,12 @@ impl Wal {
         }
     }
 
+    /// The sequence number the next object will be written at: every
+    /// object this broker wrote, in this run or earlier ones, lies below it.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed)
+    }
+
     /// Whether a takeover fenced this broker's log.
     pub fn is_fenced(&self) -> bool {
         self.fenced.load(Ordering::Relaxed)
