@@ -331,6 +331,10 @@ async fn run_compaction_worker(
     }
 }
 
+/// How often the manifest of a partition this broker schedules merges for
+/// but does not lead is read again.
+const REREAD_LED_ELSEWHERE: Duration = Duration::from_secs(3);
+
 /// Queues the merges each partition's compaction policy wants, against the
 /// tier's manifests: checked every tier interval, and against the latest
 /// manifest in the store only when a merge looks due or a queued job may
@@ -343,6 +347,7 @@ async fn schedule_compactions(
 ) {
     let mut tick = tokio::time::interval(tier.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reread = std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -350,13 +355,30 @@ async fn schedule_compactions(
         }
         for topic in catalog.topics() {
             for index in 0..topic.partition_count() as i32 {
-                let Some(remote) = tier.remote(topic.id(), index) else {
-                    continue;
-                };
                 if !scheduler.tends(topic.id(), index) {
                     continue;
                 }
-                if scheduler.due(&topic, index, &remote.manifest()).is_empty()
+                let remote = match tier.remote_of(&topic, index).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(topic = topic.name(), partition = index, error = %e, "reading the manifest failed; will retry");
+                        continue;
+                    }
+                };
+                // Cluster mode: the leader's uploads change the manifest of a
+                // partition led elsewhere, unseen here but for a reread.
+                let now = tokio::time::Instant::now();
+                let key = (topic.id(), index);
+                let stale = !tier.tends(topic.id(), index)
+                    && reread
+                        .get(&key)
+                        .is_none_or(|at| now - *at >= REREAD_LED_ELSEWHERE);
+                if stale {
+                    reread.insert(key, now);
+                }
+                if !stale
+                    && scheduler.due(&topic, index, &remote.manifest()).is_empty()
                     && !scheduler.should_check(topic.id(), index)
                 {
                     continue;

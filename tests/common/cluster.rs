@@ -491,6 +491,51 @@ pub fn consume_all(
     got
 }
 
+/// Every record of `topic` up to the high watermarks of the moment (offsets
+/// a compaction removed are skipped), by (partition, offset).
+pub fn consume_to_end(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<(i32, i64), String> {
+    let c = metadata_consumer(bootstrap);
+    let mut tpl = TopicPartitionList::new();
+    let mut left = BTreeMap::new();
+    for p in 0..partitions {
+        let (_, high) = c
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .unwrap();
+        if high > 0 {
+            left.insert(p, high);
+        }
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !left.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "never reached the ends: {left:?}"
+        );
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let value = m
+                .payload()
+                .map(|v| String::from_utf8(v.to_vec()).unwrap())
+                .unwrap_or_default();
+            got.insert((m.partition(), m.offset()), value);
+            if left
+                .get(&m.partition())
+                .is_some_and(|h| m.offset() >= h - 1)
+            {
+                left.remove(&m.partition());
+            }
+        }
+    }
+    got
+}
+
 /// Every acknowledged record is in `got` at its offset, and no value is
 /// there twice.
 pub fn assert_exactly_once(acked: &[Acked], got: &BTreeMap<(i32, i64), String>) {
