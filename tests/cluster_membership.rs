@@ -268,8 +268,9 @@ async fn a_rolling_restart_under_load_loses_nothing_and_the_group_keeps_its_offs
 async fn a_joining_broker_gets_its_share_and_a_leaving_one_hands_over_at_once() {
     // A long lease, so that a hand-over "at once" cannot be mistaken for
     // the lease running out.
+    let ttl = 4 * LEASE_TTL;
     let settings = common::cluster::Settings {
-        lease_ttl: Duration::from_secs(10),
+        lease_ttl: ttl,
         ..Default::default()
     };
     let Some(mut cluster) = Cluster::start_with(&[1, 2, 3], settings).await else {
@@ -304,7 +305,7 @@ async fn a_joining_broker_gets_its_share_and_a_leaving_one_hands_over_at_once() 
     load.progress(200).await;
 
     // One leaves gracefully: its partitions move well before its lease
-    // (10 s) could have run out.
+    // could have run out.
     let leaving = wait_for_leaders(&cluster.bootstrap(), TOPIC, PARTITIONS, |_| true).await[&0];
     let took = cluster.stop(leaving);
     let stopped_at = Instant::now();
@@ -317,21 +318,47 @@ async fn a_joining_broker_gets_its_share_and_a_leaving_one_hands_over_at_once() 
         "broker {leaving} left in {took:?}; its partitions moved within {moved:?}: {after:?}"
     );
     assert!(
-        moved < Duration::from_secs(5),
+        moved < ttl / 2,
         "partitions of a leaving broker moved only after {moved:?}"
     );
     let all = all_leaders(&cluster.bootstrap()).unwrap();
     assert!(!all.values().any(|n| *n == leaving), "{all:?}");
     load.progress(200).await;
 
-    let report = load.finish().await;
+    let mut report = load.finish().await;
     eprintln!(
-        "join and leave: {} acknowledged, longest wait for an acknowledgement {:?} (lease TTL {:?} elsewhere)",
+        "join and graceful leave: {} acknowledged, longest wait for an acknowledgement {:?}",
         report.acked.len(),
         report.max_latency,
-        LEASE_TTL
     );
     assert!(report.failed.is_empty(), "{:?}", report.failed);
+
+    // For comparison, a broker killed (-9): its partitions wait for its
+    // lease to run out, and producers with them.
+    let load = Load::start_at(
+        producer(&cluster.bootstrap()),
+        TOPIC,
+        PARTITIONS,
+        report.sent,
+    );
+    load.progress(100).await;
+    let victim = wait_for_leaders(&cluster.bootstrap(), TOPIC, PARTITIONS, |_| true).await[&0];
+    cluster.kill9(victim);
+    let killed_at = Instant::now();
+    let after = wait_for_leaders(&cluster.bootstrap(), TOPIC, PARTITIONS, |l| {
+        !l.values().any(|n| *n == victim)
+    })
+    .await;
+    let moved = killed_at.elapsed();
+    load.progress(100).await;
+    let killed = load.finish().await;
+    eprintln!(
+        "broker {victim} killed: partitions moved after {moved:?} (lease TTL {ttl:?}): {after:?}; longest wait for an acknowledgement {:?}",
+        killed.max_latency
+    );
+    assert!(killed.failed.is_empty(), "{:?}", killed.failed);
+    report.acked.extend(killed.acked);
+
     let got = consume_all(&cluster.bootstrap(), TOPIC, PARTITIONS, report.acked.len());
     assert_exactly_once(&report.acked, &got);
     assert_eq!(got.len(), report.acked.len());

@@ -370,3 +370,83 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
         .unwrap();
     assert_eq!(low, end / 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+        CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    };
+    const TOPIC: &str = "audit";
+    let Some(cluster) = Cluster::start(&[1, 2, 3]).await else {
+        return;
+    };
+    let brokers = cluster.running();
+    let raw_to = |node: i32| Raw::connect(addr(&cluster.bootstrap_of(node)));
+    let cluster = &cluster;
+    let partitions_everywhere = |count: Option<i32>| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen: Vec<Option<i32>> = cluster
+                .running()
+                .iter()
+                .map(|n| {
+                    let md = metadata_consumer(&cluster.bootstrap_of(*n))
+                        .fetch_metadata(Some(TOPIC), Duration::from_secs(5))
+                        .ok()?;
+                    let t = md.topics().iter().find(|t| t.name() == TOPIC)?;
+                    let led = t.partitions().iter().filter(|p| p.leader() >= 0).count();
+                    (t.error().is_none() && led == t.partitions().len() && led > 0)
+                        .then_some(led as i32)
+                })
+                .collect();
+            if seen.iter().all(|s| *s == count) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{TOPIC}: {seen:?}, wanted {count:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    // Created through broker 1, grown through broker 2, deleted through
+    // broker 3: every broker sees each change, with leaders.
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_num_partitions(2)
+            .with_replication_factor(1)]);
+    let resp: CreateTopicsResponse = raw_to(brokers[0])
+        .await
+        .call(ApiKey::CreateTopics, 5, &create)
+        .await;
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    partitions_everywhere(Some(2)).await;
+
+    let grow = CreatePartitionsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![CreatePartitionsTopic::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_count(5)]);
+    let resp: CreatePartitionsResponse = raw_to(brokers[1])
+        .await
+        .call(ApiKey::CreatePartitions, 2, &grow)
+        .await;
+    assert_eq!(resp.results[0].error_code, 0, "{resp:?}");
+    partitions_everywhere(Some(5)).await;
+
+    let delete = DeleteTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topic_names(vec![TopicName(s(TOPIC))]);
+    let resp: DeleteTopicsResponse = raw_to(brokers[2])
+        .await
+        .call(ApiKey::DeleteTopics, 4, &delete)
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0, "{resp:?}");
+    partitions_everywhere(None).await;
+}

@@ -365,12 +365,19 @@ pub struct Load {
 
 impl Load {
     pub fn start(producer: FutureProducer, topic: &str, partitions: i32) -> Load {
+        Load::start_at(producer, topic, partitions, 0)
+    }
+
+    /// Like [`Load::start`], with values from `v<first>` on (after an
+    /// earlier load's `sent`).
+    pub fn start_at(producer: FutureProducer, topic: &str, partitions: i32, first: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(produce_until(
             producer,
             topic.to_string(),
             partitions,
+            first as u32,
             stop.clone(),
             acked.clone(),
         ));
@@ -407,13 +414,14 @@ async fn produce_until(
     producer: FutureProducer,
     topic: String,
     partitions: i32,
+    first: u32,
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicUsize>,
 ) -> LoadReport {
     let mut report = LoadReport::default();
     let mut in_flight = FuturesUnordered::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let mut i = 0u32;
+    let mut i = first;
     let outcome =
         |report: &mut LoadReport, (value, sent_at, result): (String, Instant, _)| match result {
             Ok(delivery) => {
