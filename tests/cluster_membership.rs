@@ -181,16 +181,13 @@ async fn a_rolling_restart_under_load_loses_nothing_and_the_group_keeps_its_offs
     // The group read everything, then commits where it stands and leaves.
     let ends = high_watermarks(&bootstrap);
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let caught_up = || {
         let c = consumed.lock().unwrap();
-        let done = ends
-            .iter()
-            .all(|(p, end)| *end == 0 || c.records.contains_key(&(*p, end - 1)));
-        if done {
-            break;
-        }
+        ends.iter()
+            .all(|(p, end)| *end == 0 || c.records.contains_key(&(*p, end - 1)))
+    };
+    while !caught_up() {
         assert!(Instant::now() < deadline, "the group did not catch up");
-        drop(c);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     for m in members {
