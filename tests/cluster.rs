@@ -56,9 +56,9 @@ async fn produce_acknowledged(
     values: std::ops::Range<u32>,
 ) -> Vec<(i32, i64, String)> {
     let outcomes = produce_outcomes(p, values).await;
-    let failed = outcomes.iter().filter(|r| r.is_err()).count();
-    if failed > 0 {
-        eprintln!("{failed} records were not acknowledged");
+    let failed: Vec<_> = outcomes.iter().filter_map(|r| r.as_ref().err()).collect();
+    if let Some(first) = failed.first() {
+        eprintln!("{} records were not acknowledged: {first}", failed.len());
     }
     outcomes.into_iter().flatten().collect()
 }

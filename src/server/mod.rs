@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
+use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
@@ -354,6 +355,9 @@ async fn schedule_compactions(
             _ = tick.tick() => {}
         }
         for topic in catalog.topics() {
+            if topic.config().compaction_policy() == POLICY_NONE {
+                continue;
+            }
             for index in 0..topic.partition_count() as i32 {
                 if !scheduler.tends(topic.id(), index) {
                     continue;
