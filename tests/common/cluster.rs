@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 
 use super::etcd::EtcdServer;
 use super::{free_port, Process};
@@ -80,14 +79,5 @@ impl Cluster {
     pub fn kill9(&mut self, node: i32) {
         let (process, _dir) = self.brokers.remove(&node).unwrap();
         process.kill9();
-    }
-
-    /// Loses the machine of broker `node`: kill -9, then its disk.
-    pub fn lose(&mut self, node: i32) {
-        let (process, dir) = self.brokers.remove(&node).unwrap();
-        process.kill9();
-        let path = dir.path().to_path_buf();
-        drop(dir);
-        assert!(!Path::new(&path).exists());
     }
 }
