@@ -13,6 +13,7 @@ mod dispatch;
 mod error;
 mod fetch;
 mod groups;
+mod leader_hints;
 mod metadata;
 mod offsets;
 mod produce;

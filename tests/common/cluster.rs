@@ -195,6 +195,10 @@ impl Cluster {
         format!("127.0.0.1:{}", self.nodes[&node].port)
     }
 
+    pub fn port(&self, node: i32) -> u16 {
+        self.nodes[&node].port
+    }
+
     pub fn etcd_url(&self) -> String {
         format!("etcd://127.0.0.1:{}/strata-test", self.etcd.client_port)
     }
