@@ -68,6 +68,7 @@ wait_port "$MOTO_PORT" $! moto
 
 ETCD_PORT="$(free_port)"
 ETCD_PEER="$(free_port)"
+while [ "$ETCD_PEER" = "$ETCD_PORT" ]; do ETCD_PEER="$(free_port)"; done
 etcd --data-dir "$WORK/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
