@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
@@ -45,6 +45,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Appends are refused (retriably) once this many flushes' worth of bytes
 /// wait for the store, instead of growing without bound while it is down.
 const MAX_PENDING_FLUSHES: usize = 8;
+/// Objects a takeover reads at once.
+const READ_CONCURRENCY: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WalError {
@@ -411,17 +413,25 @@ pub async fn read_partition(
     partition: i32,
     from: i64,
 ) -> Result<Vec<Bytes>, WalError> {
+    let seqs = list_seqs(store, node_id).await?;
+    let seqs = seqs.into_iter().take_while(|&seq| seq < below);
+    // Every object is read (a dead broker's uncollected log can be hundreds
+    // of them), so they are read several at a time: one after the other, at
+    // an object store's latency, the partition would stay unavailable for
+    // seconds.
+    let mut objects = futures::stream::iter(seqs)
+        .map(|seq| async move {
+            match store.get(&object_key(node_id, seq)).await {
+                Ok(r) => Ok(Some(decode(r.bytes().await?)?)),
+                // Collected: everything in it was in a sealed segment already.
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(WalError::from(e)),
+            }
+        })
+        .buffered(READ_CONCURRENCY);
     let mut by_offset: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
-    for seq in list_seqs(store, node_id).await? {
-        if seq >= below {
-            break;
-        }
-        let object = match store.get(&object_key(node_id, seq)).await {
-            Ok(r) => decode(r.bytes().await?)?,
-            // Collected: everything in it was in a sealed segment already.
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
+    while let Some(object) = objects.try_next().await? {
+        let Some(object) = object else { continue };
         for e in object.entries.iter().flatten() {
             if e.topic_id == topic_id && e.partition == partition && e.last_offset >= from {
                 by_offset.insert(e.base_offset, (e.last_offset, object.batches_of(e)?));
@@ -612,6 +622,38 @@ mod tests {
                 Bytes::from_static(b"Hfirst"),
                 Bytes::from_static(b"Hsecond")
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_long_log_is_read_back_at_a_fraction_of_one_get_per_object() {
+        use object_store::throttle::{ThrottleConfig, ThrottledStore};
+        let latency = Duration::from_millis(20);
+        let store: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(
+            InMemory::new(),
+            ThrottleConfig {
+                wait_get_per_call: latency,
+                ..ThrottleConfig::default()
+            },
+        ));
+        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let id = Uuid::from_u128(5);
+        let p = wal.partition(id, 0, 0);
+        let objects = 64;
+        for i in 0..objects {
+            append(&p, i, i, b"x").await;
+            wal.flush().await;
+        }
+        let started = std::time::Instant::now();
+        let got = read_partition(&store, 1, u64::MAX, id, 0, 0).await.unwrap();
+        assert_eq!(got, vec![Bytes::from_static(b"Hx"); objects as usize]);
+        // One GET after the other would take `objects * latency`.
+        assert!(
+            started.elapsed() < latency * objects as u32 / 4,
+            "{:?} for {objects} objects at {latency:?} a GET",
+            started.elapsed()
         );
     }
 }
