@@ -133,7 +133,10 @@ mod tests {
     async fn counts_each_request_by_operation() {
         let (store, counts) = Counted::wrap(Arc::new(InMemory::new()));
         let key = Path::from("a/b");
-        store.put(&key, PutPayload::from_static(b"hello")).await.unwrap();
+        store
+            .put(&key, PutPayload::from_static(b"hello"))
+            .await
+            .unwrap();
         store.get(&key).await.unwrap();
         store.list(None).collect::<Vec<_>>().await;
         store.delete(&key).await.unwrap();

@@ -20,9 +20,9 @@
 //! opens the store a URL names, `counted` counts the requests made to it and
 //! `fault` (test builds only) injects failures into any store.
 
+pub mod counted;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fault;
-pub mod counted;
 pub mod objects;
 pub mod store;
 mod versions;

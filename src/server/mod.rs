@@ -119,6 +119,7 @@ impl Server {
             let node = j.node.clone();
             let serves: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
             tier.set_scope(serves.clone());
+            tier.limit_head_age(Duration::from_millis(config.wal_max_age_ms));
             scheduler.set_scope(serves);
         }
         // After the tier: the replay reads tiered offsets through it.
