@@ -22,6 +22,7 @@ use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::GroupCoordinator;
+use crate::manifest::counted::{Counted, RequestCounts};
 use crate::manifest::store::open_from_args;
 use crate::tier::{self, Tier};
 
@@ -38,6 +39,7 @@ pub struct Server {
     joined: Option<cluster::Joined>,
     /// Set when the broker must stop serving for good.
     fatal: watch::Sender<Option<String>>,
+    store_requests: Arc<RequestCounts>,
 }
 
 impl Server {
@@ -56,6 +58,7 @@ impl Server {
             Some(s) => s,
             None => open_from_args(&config.object_store, &config.data_dir)?,
         };
+        let (store, store_requests) = Counted::wrap(store);
         // A wiped data directory is refilled from the store before the catalog reads it.
         let restored = tier::restore::restore(&store, &config.data_dir).await?;
         if restored != Default::default() {
@@ -117,6 +120,7 @@ impl Server {
             let node = j.node.clone();
             let serves: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
             tier.set_scope(serves.clone());
+            tier.limit_head_age(Duration::from_millis(config.wal_max_age_ms));
             scheduler.set_scope(serves);
         }
         // After the tier: the replay reads tiered offsets through it.
@@ -155,6 +159,7 @@ impl Server {
             tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
         }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
+        tokio::spawn(log_store_requests(store_requests.clone(), stop_rx.clone()));
         tokio::spawn(schedule_compactions(
             tier.clone(),
             broker.catalog.clone(),
@@ -209,6 +214,7 @@ impl Server {
             tier,
             joined,
             fatal,
+            store_requests,
         })
     }
 
@@ -261,6 +267,7 @@ impl Server {
             }
         })
         .await?;
+        tracing::info!(requests = %self.store_requests, "object store requests since start");
         tracing::info!("shutdown complete");
         Ok(())
     }
@@ -284,6 +291,24 @@ async fn accept_loop(
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
+            }
+        }
+    }
+}
+
+/// Every second, at debug level under its own target, so that a benchmark
+/// can turn the counts into rates over the interval it measures.
+async fn log_store_requests(counts: Arc<RequestCounts>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                let at_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis();
+                tracing::debug!(target: "strata::store_requests", at_ms, requests = %counts);
             }
         }
     }

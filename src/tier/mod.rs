@@ -40,7 +40,7 @@ use partitions::TieredPartitions;
 pub use partitions::{Scope, TierStats};
 use remote::TieredPartition;
 use retention::Retention;
-pub use takeover::NewLeader;
+pub use takeover::Claim;
 use topics::TopicSync;
 use uploader::Uploader;
 pub use wal_gc::WalCollector;
@@ -220,6 +220,12 @@ impl Tier {
     /// ones this broker leads). Set once.
     pub fn set_scope(&self, scope: Scope) {
         self.partitions.set_scope(scope);
+    }
+
+    /// Cluster mode: active segments roll once this old, whatever their
+    /// `segment.ms`, so the write-ahead log behind them can be collected.
+    pub fn limit_head_age(&self, max: std::time::Duration) {
+        self.uploader.limit_head_age(max);
     }
 
     /// Whether produce is being refused because uploads lag.
