@@ -46,6 +46,7 @@ use crate::format::batch::{
     RECORD_COUNT_OFFSET,
 };
 use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
+use crate::format::key_sketch::{KeySketch, KeyStats};
 use crate::format::records;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 use crate::format::FormatError;
@@ -170,6 +171,7 @@ struct Output<'a> {
     batch_count: u64,
     max_timestamp: i64,
     max_timestamp_position: u64,
+    records: u64,
     index: SegmentIndex,
 }
 
@@ -192,6 +194,7 @@ impl Output<'_> {
         }
         self.size += bytes.len() as u64;
         self.batch_count += 1;
+        self.records += header.record_count.max(0) as u64;
         Ok(())
     }
 }
@@ -234,6 +237,7 @@ pub fn merge(
         batch_count: 0,
         max_timestamp: -1,
         max_timestamp_position: 0,
+        records: 0,
         index: SegmentIndex::default(),
     };
 
@@ -266,7 +270,7 @@ pub fn merge(
             }
             stats.input_batches += 1;
             stats.input_bytes += bytes.len() as u64;
-            let Some((bits, last_of_producer)) = &filter else {
+            let Some((bits, last_of_producer, _)) = &filter else {
                 stats.batches_copied += 1;
                 out.emit(bytes, &h)?;
                 continue;
@@ -329,6 +333,11 @@ pub fn merge(
     }
 
     let (offset_index, time_index) = out.index.encode();
+    let keys = filter.map(|(_, _, sketch)| KeyStats {
+        records: out.records,
+        keys: stats.keys,
+        sketch,
+    });
     let meta = SegmentMeta {
         format_version: SEGMENT_FORMAT_VERSION,
         level: opts.target_level,
@@ -346,6 +355,7 @@ pub fn merge(
             .min()
             .unwrap_or(opts.now_ms),
         sealed_ms: opts.now_ms,
+        keys,
     };
     stats.output_bytes = out.size;
     stats.output_batches = out.batch_count;
@@ -354,8 +364,9 @@ pub fn merge(
 }
 
 /// Pass 1: merges the key indexes, marks each key's surviving offset and
-/// writes the output's key index. Returns the bitmap and, per producer id,
-/// the base offset of its last batch in the merged range.
+/// writes the output's key index. Returns the bitmap, per producer id the
+/// base offset of its last batch in the merged range, and the sketch of the
+/// output's keys.
 fn mark_survivors(
     sources: &[&dyn SegmentSource],
     sink: &mut dyn SegmentSink,
@@ -363,7 +374,7 @@ fn mark_survivors(
     span: u64,
     opts: &MergeOptions,
     stats: &mut MergeStats,
-) -> Result<(Bitmap, HashMap<i64, i64>), CompactionError> {
+) -> Result<(Bitmap, HashMap<i64, i64>, KeySketch), CompactionError> {
     let mut readers = Vec::with_capacity(sources.len());
     let mut last_of_producer = HashMap::new();
     for s in sources {
@@ -395,6 +406,7 @@ fn mark_survivors(
     producers.sort_unstable_by_key(|p| p.producer_id);
 
     let mut bits = Bitmap::new(base_offset, span);
+    let mut sketch = KeySketch::default();
     let mut writer = KeyIndexWriter::new(KeyIndexSink(sink), base_offset, &producers)?;
     merge_sorted(&mut readers, |e| {
         let droppable_tombstone = e.tombstone
@@ -407,11 +419,12 @@ fn mark_survivors(
             return Ok(());
         }
         bits.set(e.offset);
+        sketch.add(e.hash);
         stats.keys += 1;
         writer.push(&e)
     })?;
     writer.finish()?;
-    Ok((bits, last_of_producer))
+    Ok((bits, last_of_producer, sketch))
 }
 
 /// The survivors of one batch, reused across batches.

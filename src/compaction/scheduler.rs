@@ -126,7 +126,15 @@ impl Scheduler {
                     .collect();
                 (job, sources)
             })
-            .filter(|(_, sources)| queued.is_none_or(|o| !o.jobs.iter().any(|(s, _)| s == sources)))
+            // Not while a queued job may still be merging any of the same
+            // segments: one of the two would only find its sources gone.
+            .filter(|(_, sources)| {
+                queued.is_none_or(|o| {
+                    !o.jobs
+                        .iter()
+                        .any(|(s, _)| s.iter().any(|k| sources.contains(k)))
+                })
+            })
             .map(|(job, sources)| JobSpec {
                 topic: topic.name().to_string(),
                 topic_id: topic.id(),
@@ -259,6 +267,7 @@ mod tests {
                     size: 100,
                     level: 0,
                     batch_count: 1,
+                    keys: None,
                 });
             }
         })
