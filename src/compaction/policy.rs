@@ -217,7 +217,19 @@ impl Leveled {
         {
             end += 1;
         }
-        if end == 0 || dirt(&segments[..end]).share() <= ratio {
+        // Cheap bound first (no key can be superseded more than all the
+        // records beyond the largest segment's keys), since this runs for
+        // every partition every tier interval.
+        let (records, max_keys) = segments[..end]
+            .iter()
+            .fold((0, 0), |(r, k), s| match &s.keys {
+                Some(st) => (r + st.records, k.max(st.keys)),
+                None => (r + (s.next_offset - s.base_offset).max(0) as u64, k),
+            });
+        if end == 0 || 1.0 - max_keys as f64 / records.max(1) as f64 <= ratio {
+            return None;
+        }
+        if dirt(&segments[..end]).share() <= ratio {
             return None;
         }
         let mut run = Dirt::default();

@@ -62,7 +62,12 @@ impl KeySketch {
     pub fn estimate(&self) -> f64 {
         let m = M as f64;
         let alpha = 0.7213 / (1.0 + 1.079 / m);
-        let sum: f64 = self.registers.iter().map(|&r| 2f64.powi(-(r as i32))).sum();
+        // 2^-r, built from its exponent bits.
+        let sum: f64 = self
+            .registers
+            .iter()
+            .map(|&r| f64::from_bits((1023 - r as u64) << 52))
+            .sum();
         let raw = alpha * m * m / sum;
         let zeros = self.registers.iter().filter(|&&r| r == 0).count();
         if raw <= 2.5 * m && zeros > 0 {
