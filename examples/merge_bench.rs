@@ -164,6 +164,7 @@ fn child(step: &str, src: &Path, out: &Path) {
                 // Every generated record is older than min.compaction.lag.ms.
                 keep_newer_than: 2_000_000_000,
                 tombstone_cutoff: None,
+                keep_last_batch: false,
                 now_ms: 2_000_000_000,
             };
             let (meta, stats) = merge(&refs, &mut sink, &opts).unwrap();

