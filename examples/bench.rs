@@ -51,6 +51,9 @@ enum Command {
         acks: String,
         #[arg(long, default_value_t = 5)]
         linger_ms: u32,
+        /// batch.size: the most bytes librdkafka puts in one batch.
+        #[arg(long, default_value_t = 1_000_000)]
+        batch_bytes: u32,
         /// queue.buffering.max.messages: bounds how long a record can wait
         /// in the client, which dominates latency under saturation.
         #[arg(long, default_value_t = 1_000_000)]
@@ -90,14 +93,14 @@ fn main() -> anyhow::Result<()> {
             keys,
             acks,
             linger_ms,
+            batch_bytes,
             queue_messages,
         } => produce(
             &target,
             records,
-            size,
-            keys,
+            Shape { size, keys },
             &acks,
-            linger_ms,
+            (linger_ms, batch_bytes),
             queue_messages,
         ),
         Command::Consume { target, records } => consume(&target, records),
@@ -151,13 +154,18 @@ impl ProducerContext for Latencies {
     }
 }
 
+/// Records: payload bytes, and keys cycled through (0: no key).
+struct Shape {
+    size: usize,
+    keys: u64,
+}
+
 fn produce(
     t: &Target,
     records: u64,
-    size: usize,
-    keys: u64,
+    Shape { size, keys }: Shape,
     acks: &str,
-    linger_ms: u32,
+    (linger_ms, batch_bytes): (u32, u32),
     queue_messages: u32,
 ) -> anyhow::Result<()> {
     let ctx = Latencies {
@@ -169,7 +177,7 @@ fn produce(
         .set("bootstrap.servers", &t.bootstrap)
         .set("acks", acks)
         .set("linger.ms", linger_ms.to_string())
-        .set("batch.size", "1000000")
+        .set("batch.size", batch_bytes.to_string())
         // Let batch.size, not the message count, close a batch.
         .set("batch.num.messages", "1000000")
         .set("compression.type", "none")
