@@ -299,6 +299,35 @@ mod tests {
     }
 
     #[test]
+    fn no_job_is_queued_over_a_segment_a_queued_job_may_still_be_merging() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(START);
+        let (catalog, s) = scheduler(dir.path(), clock.clone());
+        let topic = catalog
+            .create_topic(
+                "t",
+                1,
+                1,
+                &[
+                    ("cleanup.policy", Some("compact")),
+                    ("max.compaction.lag.ms", Some("60000")),
+                ],
+            )
+            .unwrap();
+        clock.advance(Duration::from_secs(61));
+        let due = s.due(&topic, 0, &manifest(1, START));
+        assert_eq!(due.len(), 1);
+        s.queue(due[0].clone()).unwrap();
+        // A second old segment: the policy now wants both, but s/0 may
+        // still be in the first job's merge.
+        let m = manifest(2, START);
+        assert!(s.due(&topic, 0, &m).is_empty());
+        clock.advance(Duration::from_secs(300));
+        let due = s.due(&topic, 0, &m);
+        assert_eq!(due[0].sources, vec!["s/0".to_string(), "s/1".to_string()]);
+    }
+
+    #[test]
     fn a_queued_job_is_queued_again_only_after_requeue_after() {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(START);
