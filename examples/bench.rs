@@ -39,14 +39,21 @@ enum Command {
         target: Target,
         #[arg(long)]
         records: u64,
-        /// Payload bytes per record (no key).
+        /// Payload bytes per record.
         #[arg(long, default_value_t = 100)]
         size: usize,
+        /// With N > 0, record i has the key `k<i mod N>` (every key updated
+        /// in turn); without, records have no key.
+        #[arg(long, default_value_t = 0)]
+        keys: u64,
         /// 0, 1 or -1 (all).
         #[arg(long, default_value = "1", allow_hyphen_values = true)]
         acks: String,
         #[arg(long, default_value_t = 5)]
         linger_ms: u32,
+        /// batch.size: the most bytes librdkafka puts in one batch.
+        #[arg(long, default_value_t = 1_000_000)]
+        batch_bytes: u32,
         /// queue.buffering.max.messages: bounds how long a record can wait
         /// in the client, which dominates latency under saturation.
         #[arg(long, default_value_t = 1_000_000)]
@@ -71,6 +78,11 @@ enum Command {
         #[arg(long)]
         records: u64,
     },
+    /// Count the records readable from offset 0 to the end of partition 0.
+    Count {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 #[derive(Args)]
@@ -90,16 +102,26 @@ fn main() -> anyhow::Result<()> {
             target,
             records,
             size,
+            keys,
             acks,
             linger_ms,
+            batch_bytes,
             queue_messages,
-        } => produce(&target, records, size, &acks, linger_ms, queue_messages),
+        } => produce(
+            &target,
+            records,
+            Shape { size, keys },
+            &acks,
+            (linger_ms, batch_bytes),
+            queue_messages,
+        ),
         Command::Steady {
             target,
             seconds,
             rate,
         } => steady(&target, seconds, rate),
         Command::Consume { target, records } => consume(&target, records),
+        Command::Count { target } => count(&target),
     }
 }
 
@@ -149,12 +171,18 @@ impl ProducerContext for Latencies {
     }
 }
 
+/// Records: payload bytes, and keys cycled through (0: no key).
+struct Shape {
+    size: usize,
+    keys: u64,
+}
+
 fn produce(
     t: &Target,
     records: u64,
-    size: usize,
+    Shape { size, keys }: Shape,
     acks: &str,
-    linger_ms: u32,
+    (linger_ms, batch_bytes): (u32, u32),
     queue_messages: u32,
 ) -> anyhow::Result<()> {
     let ctx = Latencies {
@@ -166,7 +194,7 @@ fn produce(
         .set("bootstrap.servers", &t.bootstrap)
         .set("acks", acks)
         .set("linger.ms", linger_ms.to_string())
-        .set("batch.size", "1000000")
+        .set("batch.size", batch_bytes.to_string())
         // Let batch.size, not the message count, close a batch.
         .set("batch.num.messages", "1000000")
         .set("compression.type", "none")
@@ -181,10 +209,19 @@ fn produce(
     let payload: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
     let start = Instant::now();
     let since_start = || producer.context().start.elapsed().as_nanos() as usize;
+    let mut key = String::new();
     for i in 0..records {
-        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&t.topic, since_start())
+        key.clear();
+        if keys > 0 {
+            use std::fmt::Write;
+            let _ = write!(key, "k{:09}", i % keys);
+        }
+        let mut record = BaseRecord::<str, [u8], usize>::with_opaque_to(&t.topic, since_start())
             .payload(&payload[..])
             .partition((i % t.partitions as u64) as i32);
+        if keys > 0 {
+            record = record.key(key.as_str());
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -349,6 +386,40 @@ fn consume(t: &Target, records: u64) -> anyhow::Result<()> {
     }
     let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
     report(count, bytes, secs, None);
+    Ok(())
+}
+
+fn count(t: &Target) -> anyhow::Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("group.id", "strata-bench")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&t.topic, 0, Offset::Beginning)?;
+    consumer.assign(&tpl)?;
+    let (mut records, mut bytes) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        ensure!(
+            Instant::now() < deadline,
+            "no end of partition after {records} records"
+        );
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                records += 1;
+                bytes += (m.payload_len() + m.key_len()) as u64;
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => bail!("count: {e}"),
+            None => {}
+        }
+    }
+    println!(
+        "{}",
+        json!({ "records": records, "key_and_value_bytes": bytes })
+    );
     Ok(())
 }
 

@@ -28,7 +28,7 @@ use kafka_protocol::records::Compression;
 use object_store::ObjectStore;
 use strata::catalog::config::TopicConfig;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
-use strata::compaction::policy::{simulate, Leveled};
+use strata::compaction::policy::{simulate, simulate_keyed, Leveled};
 use strata::compaction::store_source::StoreSegment;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeMode, MergeOptions, SegmentSource};
 use strata::format::batch::{encode_batch, stamp_header, BatchHeader, HEADER_LEN};
@@ -164,6 +164,7 @@ fn child(step: &str, src: &Path, out: &Path) {
                 // Every generated record is older than min.compaction.lag.ms.
                 keep_newer_than: 2_000_000_000,
                 tombstone_cutoff: None,
+                keep_last_batch: false,
                 now_ms: 2_000_000_000,
             };
             let (meta, stats) = merge(&refs, &mut sink, &opts).unwrap();
@@ -420,6 +421,8 @@ fn main() {
                     fanout,
                     max_segment_bytes: u32::MAX as u64,
                     max_compaction_lag_ms: i64::MAX,
+                    dirty_ratio: None,
+                    min_compaction_lag_ms: 0,
                 },
                 seg,
                 total,
@@ -430,6 +433,30 @@ fn main() {
                 r.write_amplification, r.segments_final, r.segments_max, r.merges, r.max_level
             );
         }
+    }
+    println!("== policy: 200 MiB of 1 KiB updates to 20,000 keys, 1 MiB segments, fan-out 4 (cleanup.policy=compact)");
+    for ratio in [None, Some(0.5), Some(0.25)] {
+        let r = simulate_keyed(
+            &Leveled {
+                fanout: 4,
+                max_segment_bytes: u32::MAX as u64,
+                max_compaction_lag_ms: i64::MAX,
+                dirty_ratio: ratio,
+                min_compaction_lag_ms: 0,
+            },
+            1 << 20,
+            1024,
+            20_000,
+            200 << 20,
+        );
+        println!(
+            "min.cleanable.dirty.ratio {:>4}: write amplification {:5.2}  tiered at end {:.2} x live  most {:.2} x live  merges {}",
+            ratio.map_or("off".to_string(), |r| r.to_string()),
+            r.report.write_amplification,
+            r.final_bytes as f64 / r.live_bytes as f64,
+            r.max_bytes as f64 / r.live_bytes as f64,
+            r.report.merges
+        );
     }
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::{free_port, InProcess, Process};
 use object_store::ObjectStore;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -105,13 +107,16 @@ async fn produce_updates(bootstrap: &str, topic: &str) -> BTreeMap<String, Optio
 
 type Record = (i64, String, Option<String>);
 
-/// Every record of partition 0 from offset 0 to the high watermark, read
-/// by librdkafka (which must step over compaction's gaps by itself).
+/// Every record of partition 0 from offset 0 to the high watermark (the end
+/// of the partition, which the last record need not reach once compaction
+/// removed it), read by librdkafka, which must step over compaction's gaps
+/// by itself.
 fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
     let c: BaseConsumer = client(bootstrap)
         .set("group.id", "reader")
         .set("enable.auto.commit", "false")
         .set("max.partition.fetch.bytes", "2000")
+        .set("enable.partition.eof", "true")
         .create()
         .unwrap();
     let (_, high) = c
@@ -130,6 +135,9 @@ fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
             out.last()
         );
         if let Some(m) = c.poll(Duration::from_millis(200)) {
+            if let Err(rdkafka::error::KafkaError::PartitionEOF(_)) = m {
+                break;
+            }
             let m = m.unwrap();
             let key = String::from_utf8(m.key().unwrap().to_vec()).unwrap();
             let val = m.payload().map(|v| String::from_utf8(v.to_vec()).unwrap());
@@ -312,7 +320,7 @@ async fn the_brokers_worker_compacts_keyed_updates_that_consumers_read_across_ga
     let end = (KEYS * VERSIONS + DELETED) as i64;
     let store = file_store(broker.dir.path());
     let m = wait_compacted(&store, "kv", end, true).await;
-    assert!(m.segments.iter().any(|s| s.level >= 2), "{m:?}");
+    assert!(m.segments.iter().any(|s| s.level >= 1), "{m:?}");
     read_and_check(&bootstrap, &store, &latest).await;
     let records = tokio::task::spawn_blocking(move || consume_all(&bootstrap, "kv"))
         .await
@@ -322,6 +330,186 @@ async fn the_brokers_worker_compacts_keyed_updates_that_consumers_read_across_ga
         "{} of {end} records left",
         records.len()
     );
+}
+
+/// Keys, and writes of each, for the size-bound test (the workload).
+const BOUND_KEYS: usize = 200;
+const BOUND_WRITES: usize = 100;
+/// Keys 0..BOUND_DELETED are deleted after their last write.
+const BOUND_DELETED: usize = 20;
+const BOUND_LAG_MS: i64 = 4000;
+
+/// 200 keys written 100 times into 64 KiB segments, then idle: once
+/// `min.cleanable.dirty.ratio` folds the dirty segments into the ones below
+/// them, a consumer from offset 0 reads at most twice the live keys (the
+/// idle head rolls by `segment.ms`, so nothing stays in the active segment).
+/// Before `min.compaction.lag.ms` nothing written may disappear, and deleted
+/// keys never come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
+    let broker = InProcess::start(&[
+        "--tier-interval-ms",
+        "50",
+        "--compaction-delete-delay-ms",
+        "100",
+    ])
+    .await;
+    let bootstrap = broker.bootstrap();
+    let lag = BOUND_LAG_MS.to_string();
+    let config = [
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "65536"),
+        ("segment.ms", "2000"),
+        ("min.compaction.lag.ms", lag.as_str()),
+        ("delete.retention.ms", "0"),
+    ];
+    let mut topic = NewTopic::new("bounded", 1, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        topic = topic.set(k, v);
+    }
+    let admin: AdminClient<DefaultClientContext> = client(&bootstrap).create().unwrap();
+    let res = admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(res[0].is_ok(), "{res:?}");
+
+    // Every write, by offset: key, value and timestamp.
+    let p: FutureProducer = client(&bootstrap)
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let mut sends = Vec::new();
+    for v in 0..BOUND_WRITES {
+        for k in 0..BOUND_KEYS {
+            let key = format!("key{k:03}");
+            let val = format!("{key}-write{v:03}-{}", "x".repeat(40));
+            let ts = now_ms();
+            let p = &p;
+            sends.push(async move {
+                let offset = p
+                    .send(
+                        FutureRecord::to("bounded")
+                            .key(&key)
+                            .payload(&val)
+                            .timestamp(ts)
+                            .partition(0),
+                        TIMEOUT,
+                    )
+                    .await
+                    .unwrap()
+                    .offset;
+                (offset, (key, Some(val), ts))
+            });
+        }
+    }
+    let mut written: BTreeMap<i64, (String, Option<String>, i64)> =
+        futures::future::join_all(sends).await.into_iter().collect();
+    for k in 0..BOUND_DELETED {
+        let key = format!("key{k:03}");
+        let ts = now_ms();
+        let offset = p
+            .send(
+                FutureRecord::<_, ()>::to("bounded")
+                    .key(&key)
+                    .timestamp(ts)
+                    .partition(0),
+                TIMEOUT,
+            )
+            .await
+            .unwrap()
+            .offset;
+        written.insert(offset, (key, None, ts));
+    }
+    let end = *written.keys().last().unwrap() + 1;
+    assert_eq!(end as usize, BOUND_KEYS * BOUND_WRITES + BOUND_DELETED);
+    let mut latest: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for (key, val, _) in written.values() {
+        latest.insert(key.clone(), val.clone());
+    }
+
+    // A record may be gone only once it is older than min.compaction.lag.ms.
+    let lag_obeyed = |read: &[Record], read_end: i64| {
+        let present: HashSet<i64> = read.iter().map(|r| r.0).collect();
+        for (offset, (key, _, ts)) in &written {
+            assert!(
+                present.contains(offset) || ts + BOUND_LAG_MS <= read_end,
+                "{key} at offset {offset}, written {} ms before the read ended, is gone",
+                read_end - ts
+            );
+        }
+    };
+    let read = |b: String| async move {
+        let records = tokio::task::spawn_blocking(move || consume_all(&b, "bounded"))
+            .await
+            .unwrap();
+        (records, now_ms())
+    };
+    let (early, read_end) = read(bootstrap.clone()).await;
+    check(&early, &latest, &[]).unwrap();
+    lag_obeyed(&early, read_end);
+
+    // Idle until the policy wants nothing more with every write past the
+    // lag; then read until the broker serves the last swap.
+    let store = file_store(broker.dir.path());
+    let newest = written.values().map(|w| w.2).max().unwrap();
+    let settle_and_read = |at_most: usize| {
+        let (store, bootstrap) = (store.clone(), bootstrap.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + TIMEOUT;
+            loop {
+                let (m, config, _) = manifest(&store, "bounded").await.unwrap();
+                let now = now_ms();
+                let settled = now > newest + BOUND_LAG_MS
+                    && m.end_offset() == Some(end)
+                    && for_topic(&config).next_job(&descs(&m), now).is_none()
+                    && m.segments.iter().any(|s| s.level > 0);
+                let (records, read_end) = read(bootstrap.clone()).await;
+                if settled && records.len() <= at_most {
+                    return (m, records, read_end);
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{} records read; segments {:?}",
+                    records.len(),
+                    descs(&m)
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    let live = BOUND_KEYS - BOUND_DELETED;
+    // The idle head rolls (segment.ms), so nothing stays in the active segment.
+    let (m, records, read_end) = settle_and_read(2 * live).await;
+    check(&records, &latest, &[]).unwrap();
+    lag_obeyed(&records, read_end);
+    println!(
+        "{end} records written, {} read for {live} live keys; segments (base, level) {:?}",
+        records.len(),
+        m.segments
+            .iter()
+            .map(|s| (s.base_offset, s.level))
+            .collect::<Vec<_>>()
+    );
+
+    // A lower ratio, set through AlterConfigs (which replaces every
+    // override), folds the rest: the tombstones, past delete.retention.ms,
+    // go with every older value of their keys.
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic("bounded"))
+        .set("min.cleanable.dirty.ratio", "0.01");
+    for (k, v) in config {
+        alter = alter.set(k, v);
+    }
+    let res = admin
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(res[0].is_ok(), "{res:?}");
+    let (_, records, read_end) = settle_and_read(live).await;
+    check(&records, &latest, &[]).unwrap();
+    lag_obeyed(&records, read_end);
+    assert_eq!(records.len(), live);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -397,6 +397,13 @@ impl TopicConfig {
     pub fn max_compaction_lag_ms(&self) -> i64 {
         self.number(MAX_COMPACTION_LAG_MS).max(0)
     }
+    /// `min.cleanable.dirty.ratio` (validated to lie in [0, 1]).
+    pub fn min_cleanable_dirty_ratio(&self) -> f64 {
+        self.get("min.cleanable.dirty.ratio")
+            .and_then(|(v, _)| v.parse::<f64>().ok())
+            .filter(|r| (0.0..=1.0).contains(r))
+            .unwrap_or(0.5)
+    }
     pub fn delete_retention_ms(&self) -> i64 {
         self.number(DELETE_RETENTION_MS).max(0)
     }

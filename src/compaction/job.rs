@@ -164,8 +164,15 @@ impl Runner {
         );
         let work = self.scratch.join(&run_id);
         std::fs::create_dir_all(&work)?;
+        let ends_at_end = first + segments.len() == manifest.segments.len();
         let result = self
-            .merge_into(job, &segments, first == 0, work.clone(), &key)
+            .merge_into(
+                job,
+                &segments,
+                (first == 0, ends_at_end),
+                work.clone(),
+                &key,
+            )
             .await;
         let _ = std::fs::remove_dir_all(&work);
         let (output, stats) = result?;
@@ -180,12 +187,14 @@ impl Runner {
         &self,
         job: &JobSpec,
         segments: &[TieredSegment],
-        includes_oldest: bool,
+        (includes_oldest, ends_at_end): (bool, bool),
         work: PathBuf,
         key: &str,
     ) -> Result<(TieredSegment, MergeStats), CompactionError> {
-        let opts =
-            MergeOptions::for_topic(&job.config, job.target_level, includes_oldest, now_ms());
+        let opts = MergeOptions {
+            keep_last_batch: ends_at_end,
+            ..MergeOptions::for_topic(&job.config, job.target_level, includes_oldest, now_ms())
+        };
         let base = segments[0].base_offset;
         let store = self.store.clone();
         let handle = tokio::runtime::Handle::current();

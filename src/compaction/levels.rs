@@ -70,10 +70,10 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
                 j.count,
                 j.target_level - 1,
                 j.target_level,
-                if j.forced {
-                    " (max.compaction.lag.ms)"
-                } else {
-                    ""
+                match j.reason {
+                    policy::Reason::Level => "",
+                    policy::Reason::MaxLag => " (max.compaction.lag.ms)",
+                    policy::Reason::DirtyRatio => " (min.cleanable.dirty.ratio)",
                 }
             ),
             None => "none".into(),
@@ -85,9 +85,14 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
             .map_or("-".into(), |s| {
                 format!("{:.1} s", (now - s.max_timestamp).max(0) as f64 / 1000.0)
             });
+        let dirty = if config.compact() {
+            format!(", dirty ratio {:.2}", policy::dirty_share(&descs))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "partition {p}: offsets {}..{}, {} segments, {} bytes, {objects} objects, manifest v{}, next merge: {next}, compaction lag: {lag}",
+            "partition {p}: offsets {}..{}, {} segments, {} bytes, {objects} objects, manifest v{}, next merge: {next}, compaction lag: {lag}{dirty}",
             m.log_start_offset,
             m.end_offset().unwrap_or(m.log_start_offset),
             m.segments.len(),

@@ -46,6 +46,7 @@ use crate::format::batch::{
     RECORD_COUNT_OFFSET,
 };
 use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
+use crate::format::key_sketch::{KeySketch, KeyStats};
 use crate::format::records;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 use crate::format::FormatError;
@@ -72,6 +73,12 @@ pub struct MergeOptions {
     /// Set only when the merge includes the partition's oldest data:
     /// tombstones older than this (now - `delete.retention.ms`) may go.
     pub tombstone_cutoff: Option<i64>,
+    /// Set when the merge ends at the partition's tiered end: its last
+    /// batch stays, emptied to a bare header if nothing in it survives, so
+    /// the log still reaches its end offset and a consumer reading up to
+    /// the high watermark gets there (Kafka never cleans the active
+    /// segment, which holds the last batch; here idle heads roll and tier).
+    pub keep_last_batch: bool,
     pub now_ms: i64,
 }
 
@@ -95,6 +102,7 @@ impl MergeOptions {
             keep_newer_than: now_ms.saturating_sub(config.min_compaction_lag_ms()),
             tombstone_cutoff: includes_oldest
                 .then(|| now_ms.saturating_sub(config.delete_retention_ms())),
+            keep_last_batch: false,
             now_ms,
         }
     }
@@ -170,6 +178,7 @@ struct Output<'a> {
     batch_count: u64,
     max_timestamp: i64,
     max_timestamp_position: u64,
+    records: u64,
     index: SegmentIndex,
 }
 
@@ -192,6 +201,7 @@ impl Output<'_> {
         }
         self.size += bytes.len() as u64;
         self.batch_count += 1;
+        self.records += header.record_count.max(0) as u64;
         Ok(())
     }
 }
@@ -234,6 +244,7 @@ pub fn merge(
         batch_count: 0,
         max_timestamp: -1,
         max_timestamp_position: 0,
+        records: 0,
         index: SegmentIndex::default(),
     };
 
@@ -266,7 +277,7 @@ pub fn merge(
             }
             stats.input_batches += 1;
             stats.input_bytes += bytes.len() as u64;
-            let Some((bits, last_of_producer)) = &filter else {
+            let Some((bits, last_of_producer, _)) = &filter else {
                 stats.batches_copied += 1;
                 out.emit(bytes, &h)?;
                 continue;
@@ -310,8 +321,9 @@ pub fn merge(
                 let nh = BatchHeader::parse(&rebuilt)?.expect("a whole header");
                 stats.batches_rewritten += 1;
                 out.emit(&rebuilt, &nh)?;
-            } else if h.has_producer_id()
-                && last_of_producer.get(&h.producer_id) == Some(&h.base_offset)
+            } else if (h.has_producer_id()
+                && last_of_producer.get(&h.producer_id) == Some(&h.base_offset))
+                || (opts.keep_last_batch && h.last_offset() == next_offset - 1)
             {
                 if h.record_count == 0 {
                     stats.batches_copied += 1;
@@ -329,6 +341,11 @@ pub fn merge(
     }
 
     let (offset_index, time_index) = out.index.encode();
+    let keys = filter.map(|(_, _, sketch)| KeyStats {
+        records: out.records,
+        keys: stats.keys,
+        sketch,
+    });
     let meta = SegmentMeta {
         format_version: SEGMENT_FORMAT_VERSION,
         level: opts.target_level,
@@ -346,6 +363,7 @@ pub fn merge(
             .min()
             .unwrap_or(opts.now_ms),
         sealed_ms: opts.now_ms,
+        keys,
     };
     stats.output_bytes = out.size;
     stats.output_batches = out.batch_count;
@@ -354,8 +372,9 @@ pub fn merge(
 }
 
 /// Pass 1: merges the key indexes, marks each key's surviving offset and
-/// writes the output's key index. Returns the bitmap and, per producer id,
-/// the base offset of its last batch in the merged range.
+/// writes the output's key index. Returns the bitmap, per producer id the
+/// base offset of its last batch in the merged range, and the sketch of the
+/// output's keys.
 fn mark_survivors(
     sources: &[&dyn SegmentSource],
     sink: &mut dyn SegmentSink,
@@ -363,7 +382,7 @@ fn mark_survivors(
     span: u64,
     opts: &MergeOptions,
     stats: &mut MergeStats,
-) -> Result<(Bitmap, HashMap<i64, i64>), CompactionError> {
+) -> Result<(Bitmap, HashMap<i64, i64>, KeySketch), CompactionError> {
     let mut readers = Vec::with_capacity(sources.len());
     let mut last_of_producer = HashMap::new();
     for s in sources {
@@ -395,6 +414,7 @@ fn mark_survivors(
     producers.sort_unstable_by_key(|p| p.producer_id);
 
     let mut bits = Bitmap::new(base_offset, span);
+    let mut sketch = KeySketch::default();
     let mut writer = KeyIndexWriter::new(KeyIndexSink(sink), base_offset, &producers)?;
     merge_sorted(&mut readers, |e| {
         let droppable_tombstone = e.tombstone
@@ -407,11 +427,12 @@ fn mark_survivors(
             return Ok(());
         }
         bits.set(e.offset);
+        sketch.add(e.hash);
         stats.keys += 1;
         writer.push(&e)
     })?;
     writer.finish()?;
-    Ok((bits, last_of_producer))
+    Ok((bits, last_of_producer, sketch))
 }
 
 /// The survivors of one batch, reused across batches.
@@ -670,6 +691,7 @@ mod tests {
             target_level: 1,
             keep_newer_than: now,
             tombstone_cutoff: None,
+            keep_last_batch: false,
             now_ms: now,
         }
     }
@@ -972,6 +994,47 @@ mod tests {
         assert_eq!(output.len(), 1);
         assert_eq!(output[0].0.base_offset, meta.next_offset);
         assert_eq!(output[0].1.len(), 1);
+    }
+
+    #[test]
+    fn a_merge_at_the_log_end_keeps_its_last_batch_as_a_bare_header() {
+        let src = tempfile::tempdir().unwrap();
+        let p = Partition::open(src.path()).unwrap();
+        let mut serial = 0;
+        for i in 0..12 {
+            let spec = Spec {
+                keys: vec![Some("gone".to_string())],
+                tombstone_every: 1,
+                compression: Compression::None,
+                producer: None,
+                timestamp: OLD + i,
+            };
+            p.append(&encode(&spec, &mut serial), &cfg(200)).unwrap();
+        }
+        let sources = LocalSegment::list(src.path()).unwrap();
+        assert!(sources.len() >= 2);
+        let end = sources.last().unwrap().meta().next_offset;
+        // Every record is a tombstone past delete.retention.ms: all go.
+        let opts = MergeOptions {
+            tombstone_cutoff: Some(2 * OLD),
+            ..compact_opts(2 * OLD)
+        };
+        let out = tempfile::tempdir().unwrap();
+        let (meta, _) = run_merge(&sources, out.path(), &opts);
+        assert!(decode_batches(&read_log(out.path(), meta.base_offset)).is_empty());
+        let out = tempfile::tempdir().unwrap();
+        let (meta, _) = run_merge(
+            &sources,
+            out.path(),
+            &MergeOptions {
+                keep_last_batch: true,
+                ..opts
+            },
+        );
+        let batches = decode_batches(&read_log(out.path(), meta.base_offset));
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].0.record_count, 0);
+        assert_eq!(batches[0].0.last_offset(), end - 1);
     }
 
     #[test]

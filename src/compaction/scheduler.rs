@@ -126,7 +126,15 @@ impl Scheduler {
                     .collect();
                 (job, sources)
             })
-            .filter(|(_, sources)| queued.is_none_or(|o| !o.jobs.iter().any(|(s, _)| s == sources)))
+            // Not while a queued job may still be merging any of the same
+            // segments: one of the two would only find its sources gone.
+            .filter(|(_, sources)| {
+                queued.is_none_or(|o| {
+                    !o.jobs
+                        .iter()
+                        .any(|(s, _)| s.iter().any(|k| sources.contains(k)))
+                })
+            })
             .map(|(job, sources)| JobSpec {
                 topic: topic.name().to_string(),
                 topic_id: topic.id(),
@@ -271,6 +279,7 @@ mod tests {
                     size: 100,
                     level: 0,
                     batch_count: 1,
+                    keys: None,
                 });
             }
         })
@@ -299,6 +308,35 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].sources, vec!["s/0".to_string()]);
         assert_eq!(due[0].queued_ms, START + 61_000);
+    }
+
+    #[test]
+    fn no_job_is_queued_over_a_segment_a_queued_job_may_still_be_merging() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(START);
+        let (catalog, s) = scheduler(dir.path(), clock.clone());
+        let topic = catalog
+            .create_topic(
+                "t",
+                1,
+                1,
+                &[
+                    ("cleanup.policy", Some("compact")),
+                    ("max.compaction.lag.ms", Some("60000")),
+                ],
+            )
+            .unwrap();
+        clock.advance(Duration::from_secs(61));
+        let due = s.due(&topic, 0, &manifest(1, START));
+        assert_eq!(due.len(), 1);
+        s.queue(due[0].clone()).unwrap();
+        // A second old segment: the policy now wants both, but s/0 may
+        // still be in the first job's merge.
+        let m = manifest(2, START);
+        assert!(s.due(&topic, 0, &m).is_empty());
+        clock.advance(Duration::from_secs(300));
+        let due = s.due(&topic, 0, &m);
+        assert_eq!(due[0].sources, vec!["s/0".to_string(), "s/1".to_string()]);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod key_index;
+pub mod key_sketch;
 pub mod records;
 pub mod segment;
 pub mod wal;

@@ -11,6 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::key_sketch::KeyStats;
+
 pub const SEGMENT_FORMAT_VERSION: u32 = 1;
 
 pub const LOG_EXT: &str = "log";
@@ -53,4 +55,8 @@ pub struct SegmentMeta {
     pub max_timestamp_position: u64,
     pub created_ms: i64,
     pub sealed_ms: i64,
+    /// Records, distinct keys and a key sketch (compacted topics; set when the
+    /// key index is known: by a merge, or by the upload of a sealed segment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<KeyStats>,
 }

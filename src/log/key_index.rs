@@ -20,6 +20,7 @@ use crate::format::batch::{BatchHeader, BatchStream};
 use crate::format::key_index::{
     merge_sorted, sort_dedup, KeyEntry, KeyIndexReader, KeyIndexWriter, ProducerLast,
 };
+use crate::format::key_sketch::{KeySketch, KeyStats};
 use crate::format::records::key_hash;
 use crate::format::segment::{file_name, KEY_INDEX_EXT};
 
@@ -183,6 +184,23 @@ pub fn ensure_for_segment(dir: &Path, base_offset: i64) -> Result<PathBuf, LogEr
         return Ok(path);
     }
     build_for_segment(dir, base_offset, DEFAULT_BUILD_BUDGET)
+}
+
+/// Counts and sketches the keys of the key index at `path`, for a segment of
+/// `records` records.
+pub fn key_stats(path: &Path, records: u64) -> Result<KeyStats, LogError> {
+    let mut reader = KeyIndexReader::new(BufReader::new(File::open(path)?))?;
+    let mut sketch = KeySketch::default();
+    let mut keys = 0;
+    while let Some(e) = reader.next_entry()? {
+        sketch.add(e.hash);
+        keys += 1;
+    }
+    Ok(KeyStats {
+        records,
+        keys,
+        sketch,
+    })
 }
 
 /// Decodes one batch and adds its keyed records to `builder`.

@@ -24,6 +24,7 @@ use super::remote::{HeadSink, RemoteLog};
 use super::segment::Segment;
 use super::{now_ms, LogError};
 use crate::format::batch::{self, first_record, BatchHeader};
+use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
 
 const LOG_START_FILE: &str = "log-start-offset";
@@ -689,9 +690,11 @@ impl Partition {
     }
 
     /// Builds the key index of the sealed segment `base_offset` unless it
-    /// has one already.
-    pub fn ensure_key_index(&self, base_offset: i64) -> Result<(), LogError> {
-        super::key_index::ensure_for_segment(&self.dir, base_offset).map(|_| ())
+    /// has one already, and returns what it says about the segment's keys;
+    /// `records` is the segment's record count.
+    pub fn ensure_key_index(&self, base_offset: i64, records: u64) -> Result<KeyStats, LogError> {
+        let path = super::key_index::ensure_for_segment(&self.dir, base_offset)?;
+        super::key_index::key_stats(&path, records)
     }
 }
 

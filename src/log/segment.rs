@@ -246,6 +246,7 @@ impl Segment {
             max_timestamp_position: self.max_timestamp_position,
             created_ms: self.created_ms,
             sealed_ms: now_ms,
+            keys: None,
         };
         let json =
             serde_json::to_vec_pretty(&meta).map_err(|e| LogError::Corrupt(e.to_string()))?;

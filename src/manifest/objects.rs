@@ -299,6 +299,7 @@ mod tests {
             max_timestamp_position: 0,
             created_ms: 0,
             sealed_ms: 0,
+            keys: None,
         };
         let root = tempfile::tempdir().unwrap();
         let store = open(&default_url(root.path()), &S3Options::default()).unwrap();

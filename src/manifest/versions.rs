@@ -15,6 +15,7 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::ManifestError;
+use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
 pub const MANIFEST_FORMAT_VERSION: u32 = 1;
@@ -56,6 +57,10 @@ pub struct TieredSegment {
     pub size: u64,
     pub level: u32,
     pub batch_count: u64,
+    /// Compacted topics: records, distinct keys and their sketch, from which
+    /// the policy estimates the share of superseded records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<KeyStats>,
 }
 
 impl TieredSegment {
@@ -69,6 +74,7 @@ impl TieredSegment {
             size: m.size,
             level: m.level,
             batch_count: m.batch_count,
+            keys: m.keys.clone(),
         }
     }
 
@@ -85,6 +91,7 @@ impl TieredSegment {
             max_timestamp_position: self.max_timestamp_position,
             created_ms: 0,
             sealed_ms: 0,
+            keys: self.keys.clone(),
         }
     }
 
@@ -314,6 +321,7 @@ mod tests {
             size: 100,
             level: 0,
             batch_count: 1,
+            keys: None,
         }
     }
 

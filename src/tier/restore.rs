@@ -166,6 +166,7 @@ mod tests {
                 size: 10,
                 level: 0,
                 batch_count: 1,
+                keys: None,
             });
         });
         ManifestStore::new(

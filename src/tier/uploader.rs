@@ -150,19 +150,30 @@ impl Uploader {
             let mut uploaded = Vec::with_capacity(todo.len());
             let compact = topic.config().compact();
             for meta in &todo {
+                let mut tiered = TieredSegment::from_meta(
+                    segment_key(&remote.prefix, meta.base_offset, meta.level),
+                    meta,
+                );
                 if compact {
                     // Merges read the key index from the store; building it
                     // here (if the build after sealing has not finished)
-                    // saves every merge from rebuilding it from the log.
+                    // saves every merge from rebuilding it from the log. Its
+                    // key count and sketch go into the manifest for the
+                    // policy's dirty-ratio estimate (every offset of a
+                    // segment written by appends is a record).
                     let p = partition.clone();
-                    let base = meta.base_offset;
-                    tokio::task::spawn_blocking(move || p.ensure_key_index(base))
-                        .await
-                        .map_err(|e| TierError::Corrupt(format!("key index task: {e}")))??;
+                    let (base, records) = (
+                        meta.base_offset,
+                        (meta.next_offset - meta.base_offset) as u64,
+                    );
+                    let stats =
+                        tokio::task::spawn_blocking(move || p.ensure_key_index(base, records))
+                            .await
+                            .map_err(|e| TierError::Corrupt(format!("key index task: {e}")))??;
+                    tiered.keys = Some(stats);
                 }
-                let key = segment_key(&remote.prefix, meta.base_offset, meta.level);
-                self.upload_segment(partition, meta, &key).await?;
-                uploaded.push(TieredSegment::from_meta(key, meta));
+                self.upload_segment(partition, meta, &tiered.key).await?;
+                uploaded.push(tiered);
             }
             self.partitions
                 .commit(&remote, partition.leader_epoch(), |m| {
