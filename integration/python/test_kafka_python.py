@@ -179,3 +179,35 @@ def test_offset_queries_and_seek(bootstrap, topic_name):
         assert consumer.position(tp0) == 5
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 5])
+def test_idempotent_pipelined_producer_then_subscribed_consumer(bootstrap, topic_name, in_flight):
+    """Issue 12's report: records written by an idempotent producer with five
+    requests in flight were not read by a subscribing group-less consumer."""
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=4)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                             max_in_flight_requests_per_connection=in_flight,
+                             request_timeout_ms=TIMEOUT_MS)
+    try:
+        futures = [producer.send(topic_name, key=b"k%d" % i, value=b"v%d" % i)
+                   for i in range(100)]
+        producer.flush(timeout=TIMEOUT)
+        metas = [f.get(timeout=TIMEOUT) for f in futures]
+    finally:
+        producer.close(timeout=5)
+    assert len({m.partition for m in metas}) > 1
+
+    consumer = make_consumer(bootstrap)
+    try:
+        consumer.subscribe([topic_name])
+        recs = poll_n(consumer, 100)
+    finally:
+        consumer.close()
+    assert sorted(r.value for r in recs) == sorted(b"v%d" % i for i in range(100))
+    for r in recs:
+        assert r.key == b"k" + r.value[1:]
