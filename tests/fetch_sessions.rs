@@ -87,9 +87,7 @@ async fn incremental_fetches_answer_only_partitions_that_changed() {
     let all = FetchTopic::default()
         .with_topic_id(id)
         .with_partitions((0..4).map(|p| partition(p, 0)).collect());
-    let full: FetchResponse = raw
-        .call(ApiKey::Fetch, V, &request(0, 0, vec![all]))
-        .await;
+    let full: FetchResponse = raw.call(ApiKey::Fetch, V, &request(0, 0, vec![all])).await;
     assert_eq!(full.error_code, 0);
     let session = full.session_id;
     assert_ne!(session, 0, "a full fetch opens a session");
@@ -123,11 +121,10 @@ async fn incremental_fetches_answer_only_partitions_that_changed() {
     // a new record on partition 0 is.
     produce(&mut raw, "sessions", 2, b"third").await;
     produce(&mut raw, "sessions", 0, b"fourth").await;
-    let forget = request(session, 3, vec![]).with_forgotten_topics_data(vec![
-        ForgottenTopic::default()
+    let forget =
+        request(session, 3, vec![]).with_forgotten_topics_data(vec![ForgottenTopic::default()
             .with_topic_id(id)
-            .with_partitions(vec![2]),
-    ]);
+            .with_partitions(vec![2])]);
     let r: FetchResponse = raw.call(ApiKey::Fetch, V, &forget).await;
     let got = answered(&r);
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![0]);
@@ -220,7 +217,10 @@ async fn sessions_by_topic_name_before_v13_and_none_before_v7() {
     // Partition 0 is empty and unchanged; partition 1 still has a record at
     // the position the client left in the session, so it is answered again.
     let got = answered(&r);
-    assert_eq!(got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), vec![(1, 1)]);
+    assert_eq!(
+        got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(),
+        vec![(1, 1)]
+    );
     assert_eq!(r.responses[0].topic, name("by-name"));
 
     let old: FetchResponse = raw

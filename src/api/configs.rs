@@ -101,7 +101,7 @@ pub fn describe_configs(
                     }
                     if version >= 3 {
                         c = c.with_config_type(e.kind as i8);
-                        if req.include_documentation {
+                        if req.include_documentation && !e.doc.is_empty() {
                             c = c.with_documentation(Some(StrBytes::from_static_str(e.doc)));
                         }
                     }

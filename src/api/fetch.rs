@@ -49,7 +49,7 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
         if version >= 13 {
             TopicRef::Id(id)
         } else {
-            TopicRef::Name(name.0.to_string())
+            TopicRef::Name(name.0.as_str().into())
         }
     };
     let requested = req
@@ -262,7 +262,9 @@ async fn read_all(
         let resp = FetchableTopicResponse::default().with_partitions(partitions);
         topics.push(match &w.topic {
             TopicRef::Id(id) => resp.with_topic_id(*id),
-            TopicRef::Name(name) => resp.with_topic(TopicName(StrBytes::from_string(name.clone()))),
+            TopicRef::Name(name) => {
+                resp.with_topic(TopicName(StrBytes::from_string(name.to_string())))
+            }
         });
     }
     (topics, total, any_error)

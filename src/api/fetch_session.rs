@@ -27,6 +27,7 @@
 //! injected); `fetch` reads the partitions it names.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
@@ -45,7 +46,7 @@ const FINAL_EPOCH: i32 = -1;
 /// A topic as the request version names it: by name before v13, by id from v13.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TopicRef {
-    Name(String),
+    Name(Arc<str>),
     Id(Uuid),
 }
 
@@ -103,27 +104,58 @@ struct Session {
     /// The epoch the next incremental request must carry.
     epoch: i32,
     uses_topic_ids: bool,
+    /// In the order they are read; partitions that returned records move to
+    /// the end, so that a response filled by `max_bytes` cannot starve the
+    /// partitions after them (Kafka does the same).
     partitions: Vec<Cached>,
+    /// Where each partition is in `partitions`.
+    index: HashMap<PartitionKey, usize>,
     created_ms: i64,
     last_used_ms: i64,
 }
 
 impl Session {
+    fn new(uses_topic_ids: bool, partitions: Vec<Cached>, now_ms: i64) -> Session {
+        let mut s = Session {
+            epoch: next_epoch(INITIAL_EPOCH),
+            uses_topic_ids,
+            partitions,
+            index: HashMap::new(),
+            created_ms: now_ms,
+            last_used_ms: now_ms,
+        };
+        s.reindex();
+        s
+    }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.key.clone(), i))
+            .collect();
+    }
+
     fn update(&mut self, requested: Vec<(PartitionKey, Position)>, forgotten: &[PartitionKey]) {
         for (key, position) in requested {
-            match self.partitions.iter_mut().find(|c| c.key == key) {
-                Some(c) => c.position = position,
-                None => self.partitions.push(Cached {
-                    key,
-                    position,
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    last_stable_offset: -1,
-                }),
+            match self.index.get(&key) {
+                Some(&i) => self.partitions[i].position = position,
+                None => {
+                    self.index.insert(key.clone(), self.partitions.len());
+                    self.partitions.push(Cached {
+                        key,
+                        position,
+                        high_watermark: -1,
+                        log_start_offset: -1,
+                        last_stable_offset: -1,
+                    });
+                }
             }
         }
         if !forgotten.is_empty() {
             self.partitions.retain(|c| !forgotten.contains(&c.key));
+            self.reindex();
         }
     }
 
@@ -132,6 +164,27 @@ impl Session {
             .iter()
             .map(|c| (c.key.clone(), c.position))
             .collect()
+    }
+
+    /// Moves the partitions at `indexes` (ascending) to the end, in order.
+    fn move_to_end(&mut self, indexes: &[usize]) {
+        if indexes.is_empty() {
+            return;
+        }
+        let mut moved = Vec::with_capacity(indexes.len());
+        let mut kept = Vec::with_capacity(self.partitions.len());
+        let mut next = indexes.iter().peekable();
+        for (i, c) in std::mem::take(&mut self.partitions).into_iter().enumerate() {
+            if next.peek() == Some(&&i) {
+                next.next();
+                moved.push(c);
+            } else {
+                kept.push(c);
+            }
+        }
+        kept.extend(moved);
+        self.partitions = kept;
+        self.reindex();
     }
 }
 
@@ -247,16 +300,7 @@ impl FetchSessions {
             partitions = partitions.len(),
             "fetch session created"
         );
-        sessions.insert(
-            id,
-            Session {
-                epoch: next_epoch(INITIAL_EPOCH),
-                uses_topic_ids: version >= 13,
-                partitions,
-                created_ms: now_ms,
-                last_used_ms: now_ms,
-            },
-        );
+        sessions.insert(id, Session::new(version >= 13, partitions, now_ms));
         id
     }
 
@@ -269,12 +313,17 @@ impl FetchSessions {
             // Closed meanwhile: the client must see everything it asked for.
             return vec![true; answered.len()];
         };
-        answered
+        let mut with_records = Vec::new();
+        let selected = answered
             .iter()
             .map(|(key, a)| {
-                let Some(c) = session.partitions.iter_mut().find(|c| &c.key == key) else {
+                let Some(&i) = session.index.get(key) else {
                     return true;
                 };
+                if a.has_records {
+                    with_records.push(i);
+                }
+                let c = &mut session.partitions[i];
                 let mut include = a.has_records;
                 if c.high_watermark != a.high_watermark {
                     include = true;
@@ -294,7 +343,10 @@ impl FetchSessions {
                 }
                 include
             })
-            .collect()
+            .collect();
+        with_records.sort_unstable();
+        session.move_to_end(&with_records);
+        selected
     }
 
     #[cfg(test)]
@@ -334,8 +386,6 @@ fn evict_one(sessions: &mut HashMap<i32, Session>, size: usize, now_ms: i64) -> 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use crate::clock::SeededRandom;
 
@@ -416,6 +466,28 @@ mod tests {
             panic!()
         };
         assert_eq!(s.select(id, &[(key(2), answered(6))]), vec![false]);
+    }
+
+    #[test]
+    fn partitions_that_returned_records_are_read_last_next_time() {
+        let s = cache(10);
+        let id = open(&s, 3, 0);
+        s.plan(V, id, 1, vec![], vec![], 0);
+        let mut with_records = answered(5);
+        with_records.has_records = true;
+        s.select(
+            id,
+            &[
+                (key(0), with_records),
+                (key(1), answered(5)),
+                (key(2), answered(5)),
+            ],
+        );
+        let Plan::Incremental { partitions, .. } = s.plan(V, id, 2, vec![], vec![], 0) else {
+            panic!()
+        };
+        let order: Vec<i32> = partitions.iter().map(|(k, _)| k.partition).collect();
+        assert_eq!(order, vec![1, 2, 0]);
     }
 
     #[test]
