@@ -13,7 +13,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -52,6 +52,18 @@ enum Command {
         #[arg(long, default_value_t = 1_000_000)]
         queue_messages: u32,
     },
+    /// Produce at a steady rate with acks=all and idempotence for
+    /// `--seconds`, and report the longest gap between acknowledgements per
+    /// partition: across a leader's loss, how long its partitions stalled.
+    Steady {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        seconds: u64,
+        /// Records per second over all partitions.
+        #[arg(long, default_value_t = 2000)]
+        rate: u64,
+    },
     /// Read `--records` records back from offset 0 of every partition.
     Consume {
         #[command(flatten)]
@@ -82,6 +94,11 @@ fn main() -> anyhow::Result<()> {
             linger_ms,
             queue_messages,
         } => produce(&target, records, size, &acks, linger_ms, queue_messages),
+        Command::Steady {
+            target,
+            seconds,
+            rate,
+        } => steady(&target, seconds, rate),
         Command::Consume { target, records } => consume(&target, records),
     }
 }
@@ -198,6 +215,91 @@ fn produce(
         size as u64 * records,
         secs,
         Some((pct(0.50), pct(0.99))),
+    );
+    Ok(())
+}
+
+/// Per partition: the last acknowledgement and the longest gap between two.
+#[derive(Default)]
+struct Acks {
+    partitions: Mutex<Vec<(Option<Instant>, Duration)>>,
+    acked: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl ClientContext for Acks {}
+
+impl ProducerContext for Acks {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let m = match result {
+            Ok(m) => m,
+            Err((e, _)) => {
+                if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("delivery failed: {e}");
+                }
+                return;
+            }
+        };
+        self.acked.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut partitions = self.partitions.lock().unwrap();
+        let (last, gap) = &mut partitions[m.partition() as usize];
+        if let Some(last) = last {
+            *gap = (*gap).max(now - *last);
+        }
+        *last = Some(now);
+    }
+}
+
+fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
+    let ctx = Acks {
+        partitions: Mutex::new(vec![(None, Duration::ZERO); t.partitions as usize]),
+        ..Acks::default()
+    };
+    let producer: ThreadedProducer<Acks> = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "120000")
+        .create_with_context(ctx)?;
+    producer
+        .client()
+        .fetch_metadata(Some(&t.topic), Duration::from_secs(10))?;
+    let payload = [7u8; 100];
+    let start = Instant::now();
+    let total = seconds * rate;
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let record = BaseRecord::<(), [u8], ()>::to(&t.topic)
+            .payload(&payload[..])
+            .partition((i % t.partitions as u64) as i32);
+        if let Err((e, _)) = producer.send(record) {
+            bail!("enqueue: {e}");
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    let ctx = producer.context();
+    let gaps: Vec<f64> = ctx
+        .partitions
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, gap)| gap.as_secs_f64() * 1000.0)
+        .collect();
+    println!(
+        "{}",
+        json!({
+            "records": total,
+            "acked": ctx.acked.load(Ordering::Relaxed),
+            "failed": ctx.failed.load(Ordering::Relaxed),
+            "max_gap_ms": gaps,
+        })
     );
     Ok(())
 }

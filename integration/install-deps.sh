@@ -2,8 +2,8 @@
 # Idempotently install what the non-Java integration suites need:
 #   - kcat (Debian package; bookworm ships kcat 1.7.1 on librdkafka 2.0.2, which is
 #     deliberately the old client we want to stay compatible with)
-#   - protoc (building etcd-client) and the etcd server (tests/cluster_etcd.rs
-#     starts a real etcd per test), both Debian packages
+#   - protoc (building etcd-client) and the etcd server (tests/cluster*.rs start a
+#     real etcd per test, integration/cluster one for its 3 brokers), both Debian packages
 #   - the Python client libraries pinned in integration/python/requirements.txt
 # The Java suite (integration/java) resolves its own dependencies through Maven.
 set -euo pipefail
@@ -36,6 +36,6 @@ if ! "$PY" -m pip --version >/dev/null 2>&1; then
 fi
 # pip is a no-op when the pinned versions are already installed.
 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -r "$HERE/python/requirements.txt"
-# moto's S3 server (with boto3) for integration/s3.
+# moto's S3 server (with boto3) for integration/s3 and integration/cluster.
 "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore 'moto[server]==5.2.5'
 echo "integration dependencies installed" >&2

@@ -75,6 +75,13 @@ pub struct BrokerConfig {
     #[arg(long, env = "STRATA_WAL_MAX_BYTES", default_value_t = 4 << 20)]
     pub wal_max_bytes: usize,
 
+    /// Cluster mode: the longest a batch stays only in the write-ahead log.
+    /// An active segment this old is sealed and uploaded even when its
+    /// topic's segment.ms is longer, so that the log objects behind it can
+    /// be deleted and a new leader has little to read back.
+    #[arg(long, env = "STRATA_WAL_MAX_AGE_MS", default_value_t = 120_000)]
+    pub wal_max_age_ms: u64,
+
     /// Largest request frame accepted (socket.request.max.bytes).
     #[arg(long, env = "STRATA_MAX_REQUEST_BYTES", default_value_t = 104_857_600)]
     pub max_request_bytes: usize,

@@ -9,179 +9,34 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::etcd::EtcdServer;
-use common::{free_port, Process};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use common::cluster::{self, signal, Cluster};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 3;
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-struct Cluster {
-    etcd: EtcdServer,
-    store: tempfile::TempDir,
-    brokers: BTreeMap<i32, (Process, tempfile::TempDir)>,
-}
-
-impl Cluster {
-    async fn start(nodes: &[i32]) -> Option<Cluster> {
-        let etcd = EtcdServer::start()?;
-        etcd.ready().await;
-        let mut cluster = Cluster {
-            etcd,
-            store: tempfile::tempdir().unwrap(),
-            brokers: BTreeMap::new(),
-        };
-        for &node in nodes {
-            cluster.start_broker(node);
-        }
-        Some(cluster)
-    }
-
-    fn start_broker(&mut self, node: i32) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = format!("file://{}", self.store.path().display());
-        let etcd = self.etcd_url();
-        let process = Process::start(
-            dir.path(),
-            free_port(),
-            &[
-                "--node-id",
-                &node.to_string(),
-                "--cluster",
-                &etcd,
-                "--store",
-                &store,
-                "--cluster-lease-ttl-ms",
-                "2000",
-                "--wal-flush-ms",
-                "10",
-                "--compaction-worker",
-                "false",
-            ],
-        );
-        self.brokers.insert(node, (process, dir));
-    }
-
-    fn etcd_url(&self) -> String {
-        format!("etcd://127.0.0.1:{}/strata-test", self.etcd.client_port)
-    }
-
-    /// What `strata cluster` prints.
-    fn describe(&self) -> String {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
-            .args(["cluster", "--cluster", &self.etcd_url()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn bootstrap(&self) -> String {
-        self.brokers
-            .values()
-            .map(|(p, _)| p.bootstrap())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Loses the machine of broker `node`: kill -9, then its disk.
-    fn lose(&mut self, node: i32) {
-        let (process, dir) = self.brokers.remove(&node).unwrap();
-        process.kill9();
-        let path = dir.path().to_path_buf();
-        drop(dir);
-        assert!(!Path::new(&path).exists());
-    }
-}
-
-fn metadata_consumer(bootstrap: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap()
-}
-
 /// Creates the test topic; idle segments roll within a second, so that the
 /// write-ahead log soon becomes collectable.
 async fn create_topic(bootstrap: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let topic = NewTopic::new(TOPIC, PARTITIONS, TopicReplication::Fixed(1))
-        .set("segment.ms", "1000")
-        .set("strata.compaction.policy", "none");
-    let created = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(created[0].is_ok(), "{created:?}");
-}
-
-/// Leader node of each partition, once every partition has one.
-fn leaders(bootstrap: &str) -> Option<BTreeMap<i32, i32>> {
-    let md = metadata_consumer(bootstrap)
-        .fetch_metadata(Some(TOPIC), Duration::from_secs(5))
-        .ok()?;
-    let topic = md.topics().iter().find(|t| t.name() == TOPIC)?;
-    let leaders: BTreeMap<i32, i32> = topic
-        .partitions()
-        .iter()
-        .filter(|p| p.error().is_none() && p.leader() >= 0)
-        .map(|p| (p.id(), p.leader()))
-        .collect();
-    (leaders.len() == PARTITIONS as usize).then_some(leaders)
+    let configs = [("segment.ms", "1000"), ("strata.compaction.policy", "none")];
+    cluster::create_topic(bootstrap, TOPIC, PARTITIONS, &configs).await;
 }
 
 /// Whether `node` leads any partition of any topic.
 fn leads_something(bootstrap: &str, node: i32) -> bool {
-    metadata_consumer(bootstrap)
-        .fetch_metadata(None, Duration::from_secs(5))
-        .is_ok_and(|md| {
-            md.topics()
-                .iter()
-                .flat_map(|t| t.partitions())
-                .any(|p| p.leader() == node)
-        })
+    cluster::all_leaders(bootstrap).is_some_and(|l| l.values().any(|n| *n == node))
 }
 
 async fn wait_for_leaders(
     bootstrap: &str,
     ok: impl Fn(&BTreeMap<i32, i32>) -> bool,
 ) -> BTreeMap<i32, i32> {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Some(l) = leaders(bootstrap).filter(|l| ok(l)) {
-            return l;
-        }
-        assert!(Instant::now() < deadline, "partitions never got leaders");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster::wait_for_leaders(bootstrap, TOPIC, PARTITIONS, ok).await
 }
 
 fn producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "2")
-        .set("message.timeout.ms", "30000")
-        .set("retry.backoff.ms", "100")
-        // A paused broker holds requests: give up on it soon and retry elsewhere.
-        .set("request.timeout.ms", "5000")
-        // A paused broker keeps its connections open, so only fresh metadata
-        // tells the client its partitions moved.
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .unwrap()
+    cluster::producer(bootstrap)
 }
 
 /// Produces `values` (round-robin over the partitions); returns each
@@ -201,9 +56,9 @@ async fn produce_acknowledged(
     values: std::ops::Range<u32>,
 ) -> Vec<(i32, i64, String)> {
     let outcomes = produce_outcomes(p, values).await;
-    let failed = outcomes.iter().filter(|r| r.is_err()).count();
-    if failed > 0 {
-        eprintln!("{failed} records were not acknowledged");
+    let failed: Vec<_> = outcomes.iter().filter_map(|r| r.as_ref().err()).collect();
+    if let Some(first) = failed.first() {
+        eprintln!("{} records were not acknowledged: {first}", failed.len());
     }
     outcomes.into_iter().flatten().collect()
 }
@@ -233,30 +88,8 @@ async fn produce_outcomes(
     futures::future::join_all(sends).await
 }
 
-/// Every record of the topic, by (partition, offset).
 fn consume_all(bootstrap: &str, expected: usize) -> BTreeMap<(i32, i64), String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        tpl.add_partition_offset(TOPIC, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut got = BTreeMap::new();
-    let deadline = Instant::now() + TIMEOUT;
-    while got.len() < expected && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            let value = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
-            let previous = got.insert((m.partition(), m.offset()), value);
-            assert!(previous.is_none(), "offset read twice");
-        }
-    }
-    got
+    cluster::consume_all(bootstrap, TOPIC, PARTITIONS, expected)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -368,14 +201,6 @@ fn wal_data_objects(store: &Path) -> usize {
     count
 }
 
-fn signal(process: &Process, sig: &str) {
-    let status = std::process::Command::new("kill")
-        .args([sig, &process.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_leader_acknowledges_nothing_after_losing_its_partitions() {
     let Some(cluster) = Cluster::start(&[1, 2, 3]).await else {
@@ -390,13 +215,12 @@ async fn a_paused_leader_acknowledges_nothing_after_losing_its_partitions() {
     // The leader of partition 0 freezes for longer than its lease while
     // producers go on; its partitions move to the others.
     let zombie = before[&0];
-    let (process, _) = &cluster.brokers[&zombie];
-    signal(process, "-STOP");
+    signal(cluster.process(zombie), "-STOP");
     let others: Vec<String> = cluster
-        .brokers
-        .iter()
-        .filter(|(n, _)| **n != zombie)
-        .map(|(_, (p, _))| p.bootstrap())
+        .running()
+        .into_iter()
+        .filter(|n| *n != zombie)
+        .map(|n| cluster.bootstrap_of(n))
         .collect();
     wait_for_leaders(&others.join(","), |l| !l.values().any(|n| *n == zombie)).await;
     // Records caught in the paused broker may fail (the client times them
@@ -404,7 +228,7 @@ async fn a_paused_leader_acknowledges_nothing_after_losing_its_partitions() {
     acked.extend(produce_acknowledged(&p, 300..900).await);
     // It wakes up believing it still leads: whatever it was sent meanwhile
     // must not be acknowledged by it, and nothing acknowledged may be lost.
-    signal(process, "-CONT");
+    signal(cluster.process(zombie), "-CONT");
     acked.extend(produce_acknowledged(&p, 900..1200).await);
     assert!(
         acked.len() >= 1000,

@@ -13,6 +13,8 @@
 #   AdminTest           topics create/describe/list/delete, configs, partitions, deleteRecords, cluster
 #   ProduceConsumeTest  1000 keyed records with headers/tombstones, every codec, idempotence, too-large
 #   OffsetsTest         ListOffsets earliest/latest/maxTimestamp/forTimestamp, offsetsForTimes, seek
+#   LeaderEpochTest     committed offsets carry leader epoch 0; the consumer validates them with
+#                       OffsetForLeaderEpoch on resume, and a position past the epoch's end is truncation
 #   CliToolsTest        kafka-topics, kafka-console-producer/-consumer, kafka-get-offsets output
 #   GroupsTest          consumer groups: 3 members with one crashing (kill -9 / close(0)) mid-stream,
 #                       every assignor, static membership, fencing errors, and committed offsets across

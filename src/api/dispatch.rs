@@ -22,8 +22,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
-    configs, fetch, groups, log_dirs, metadata, offsets, partitions, produce, producer_id, quorum,
-    topics, versions, Broker, Reply,
+    configs, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions, produce,
+    producer_id, quorum, topics, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -77,8 +77,8 @@ macro_rules! api {
 /// In the order ApiVersions lists them.
 #[rustfmt::skip]
 pub const APIS: &[Api] = &[
-    api!(ProduceRequest, 3..=12, later_or_silent(|b, r, cx| produce::produce(b, r, cx.version))),
-    api!(FetchRequest, 4..=17, later(|b, r, cx| fetch::fetch(b.clone(), r, cx.version))),
+    api!(ProduceRequest, 3..=12, later_or_silent(|b, r, cx| leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version))),
+    api!(FetchRequest, 4..=17, later(|b, r, cx| leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version))),
     api!(ListOffsetsRequest, 1..=10, later(|b, r, cx| offsets::list_offsets(b.clone(), r, cx.version))),
     api!(MetadataRequest, 0..=13, ready(|b, r, cx| metadata::metadata(b, r, cx.version))),
     api!(ApiVersionsRequest, 0..=4, ready(|_, _, _| versions::response())),
@@ -86,6 +86,7 @@ pub const APIS: &[Api] = &[
     api!(DeleteTopicsRequest, 1..=6, later(|b, r, cx| topics::delete_topics(b.clone(), r, cx.version))),
     api!(DeleteRecordsRequest, 0..=2, ready(|b, r, _| offsets::delete_records(b, r))),
     api!(InitProducerIdRequest, 0..=5, later(|b, r, _| producer_id::init_producer_id(b.clone(), r))),
+    api!(OffsetForLeaderEpochRequest, 2..=4, ready(|b, r, _| offsets::offset_for_leader_epoch(b, r))),
     api!(DescribeConfigsRequest, 1..=4, ready(|b, r, cx| configs::describe_configs(b, r, cx.version))),
     api!(AlterConfigsRequest, 0..=2, later(|b, r, _| configs::alter_configs(b.clone(), r))),
     api!(CreatePartitionsRequest, 0..=3, later(|b, r, _| topics::create_partitions(b.clone(), r))),

@@ -14,6 +14,7 @@ mod error;
 mod fetch;
 mod fetch_session;
 mod groups;
+mod leader_hints;
 mod log_dirs;
 mod metadata;
 mod offsets;

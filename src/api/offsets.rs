@@ -1,5 +1,5 @@
 //! ListOffsets (earliest, earliest local, latest, latest tiered, max
-//! timestamp, by timestamp) and DeleteRecords.
+//! timestamp, by timestamp), OffsetForLeaderEpoch and DeleteRecords.
 
 use std::sync::Arc;
 
@@ -10,8 +10,12 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 };
 
 use super::error::log_error_code;
@@ -93,6 +97,46 @@ async fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, 
             "unknown offset spec {other}"
         ))),
     }
+}
+
+/// Where each asked-for leader epoch ended (the Java consumer validates its
+/// position with this after a leader change or when it resumes from a
+/// committed offset). The client's `current_leader_epoch` is checked as
+/// Fetch checks it. Followers (`replica_id` >= 0) get the same answer; there
+/// are none in Strata.
+pub fn offset_for_leader_epoch(
+    broker: &Broker,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.catalog.topic(t.topic.0.as_str());
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let resp = EpochEndOffset::default().with_partition(p.partition);
+                    let served = match &topic {
+                        Some(t) => broker.served_partition(t, p.partition, p.current_leader_epoch),
+                        None => Err(ResponseError::UnknownTopicOrPartition.code()),
+                    };
+                    match served {
+                        Err(code) => resp.with_error_code(code),
+                        Ok(partition) => {
+                            let (epoch, end) = partition.end_offset_for_epoch(p.leader_epoch);
+                            resp.with_leader_epoch(epoch).with_end_offset(end)
+                        }
+                    }
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
 
 pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {

@@ -16,8 +16,9 @@
 //! Registration is create-only (the key's version must be 0), so a second
 //! broker configured with a taken node id is refused while the first is alive.
 //! A key still held by this member's own previous lease (etcd extends leases
-//! when it restarts, so it may outlive our verdict) is revoked first: that
-//! incarnation already stopped serving.
+//! when it restarts, so it may outlive our verdict) is moved to the new lease
+//! in one transaction, then the old lease is revoked: that incarnation
+//! already stopped serving, and the broker never looks gone meanwhile.
 
 use std::time::Duration;
 
@@ -232,14 +233,28 @@ async fn register(
                 Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.lease()),
                 _ => None,
             };
-            if holder.is_none() || holder != previous {
+            let Some(previous) = previous.filter(|p| holder == Some(*p)) else {
                 return Err(ClusterError::NodeIdInUse(info.node_id));
-            }
-            // Our own previous incarnation, which already stopped serving.
-            etcd.revoke(previous.expect("equal to holder")).await?;
-            resp = etcd.txn(create()).await?;
+            };
+            // Our own previous incarnation, which already stopped serving:
+            // the key moves to the new lease in one step, so that the
+            // controller never sees this broker gone and moves its
+            // partitions (after an etcd restart every broker is here).
+            let take = Txn::new()
+                .when([Compare::lease(key.clone(), CompareOp::Equal, previous)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    value.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            resp = etcd.txn(take).await?;
             if !resp.succeeded() {
                 return Err(ClusterError::NodeIdInUse(info.node_id));
+            }
+            // What else the old lease holds (the controller key) goes with
+            // it; if this fails, it expires.
+            if let Err(e) = etcd.revoke(previous).await {
+                tracing::debug!(lease = previous, error = %e, "revoking the old lease failed");
             }
         }
         Ok(resp.header().map_or(0, |h| h.revision()))

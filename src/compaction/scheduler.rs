@@ -146,28 +146,34 @@ impl Scheduler {
         let _ = self.scope.set(scope);
     }
 
-    /// Whether this broker schedules merges of the partition.
+    /// Whether this broker schedules merges of the partition: when it runs
+    /// alone, always; in a cluster, when it leads the job partition the
+    /// partition's jobs go to. Every partition thus has one scheduler, even
+    /// one whose leader leads no job partition (a cluster may have more
+    /// brokers than the job topic has partitions).
     pub fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
-        self.scope.get().is_none_or(|s| s(topic_id, partition))
+        let Some(serves) = self.scope.get() else {
+            return true;
+        };
+        self.catalog.topic(JOBS_TOPIC).is_some_and(|jobs| {
+            let home = home(topic_id, partition, jobs.partition_count() as i32);
+            serves(jobs.id(), home)
+        })
     }
 
-    /// Appends the job to the job topic: to the partition its key hashes to,
-    /// or in cluster mode to one this broker leads (none: not queued now,
-    /// so it comes up again).
+    /// Appends the job to the job topic, to the partition its key hashes to
+    /// (in a cluster, unless another broker took that partition meanwhile:
+    /// then not queued now, and it comes up again there).
     pub fn queue(&self, job: JobSpec) -> Result<(), LogError> {
         let topic = self
             .catalog
             .topic(JOBS_TOPIC)
             .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} is missing")))?;
         let key = job.record_key();
-        let count = topic.partition_count() as i32;
-        let hashed = (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % count as u64) as i32;
-        let Some(index) = (0..count)
-            .map(|i| (hashed + i) % count)
-            .find(|&i| self.tends(topic.id(), i))
-        else {
+        if !self.tends(job.topic_id, job.partition) {
             return Ok(());
-        };
+        }
+        let index = home(job.topic_id, job.partition, topic.partition_count() as i32);
         let partition = topic
             .partition(index)
             .ok_or_else(|| LogError::Corrupt(format!("{JOBS_TOPIC} lost partition {index}")))?;
@@ -225,6 +231,12 @@ impl Scheduler {
                 .any(|p| p.end_offset() > p.log_start_offset())
         })
     }
+}
+
+/// The job partition that jobs for partition `partition` of `topic_id` go to.
+fn home(topic_id: Uuid, partition: i32, job_partitions: i32) -> i32 {
+    let key = format!("{topic_id}/{partition}");
+    (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % job_partitions.max(1) as u64) as i32
 }
 
 #[cfg(test)]

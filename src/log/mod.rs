@@ -7,6 +7,7 @@
 
 pub mod index;
 pub mod key_index;
+pub mod leader_epochs;
 pub mod partition;
 pub mod producer_state;
 pub mod remote;

@@ -18,7 +18,8 @@ use tokio::sync::watch;
 
 use super::index::write_synced;
 use super::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
-use super::producer_state::{ProducerStates, SequenceCheck};
+use super::leader_epochs::LeaderEpochs;
+use super::producer_state::{ProducerStates, Restored, SequenceCheck};
 use super::remote::{HeadSink, RemoteLog};
 use super::segment::Segment;
 use super::{now_ms, LogError};
@@ -84,6 +85,7 @@ struct State {
     segments: BTreeMap<i64, Segment>,
     log_start_offset: i64,
     producers: ProducerStates,
+    epochs: LeaderEpochs,
 }
 
 impl State {
@@ -115,8 +117,8 @@ impl State {
 
 impl Partition {
     /// Opens (or creates) the partition in `dir`, recovering the active
-    /// segment and rebuilding the producer state from the newest snapshot
-    /// and the batch headers after it.
+    /// segment and rebuilding the producer state and the leader epoch
+    /// history from the newest snapshot and the batch headers after it.
     pub fn open(dir: &Path) -> Result<Partition, LogError> {
         std::fs::create_dir_all(dir)?;
         let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
@@ -148,7 +150,12 @@ impl Partition {
                 Segment::create(dir, log_start_offset, now)?,
             );
         }
-        let (snapshot_base, from, mut producers) = newest_snapshot(dir, snapshots, &segments);
+        let (snapshot_base, restored) = newest_snapshot(dir, snapshots, &segments);
+        let Restored {
+            end_offset: from,
+            mut producers,
+            mut epochs,
+        } = restored;
         prune_snapshots(dir, snapshot_base, &segments)?;
         let last = segments.keys().next_back().copied();
         for seg in segments.values_mut() {
@@ -157,6 +164,7 @@ impl Partition {
                 seg.reader().scan(0, |loc| {
                     if loc.header.last_offset() >= from {
                         producers.record(&loc.header);
+                        epochs.record(loc.header.leader_epoch, loc.header.base_offset);
                     }
                     true
                 })?;
@@ -166,16 +174,18 @@ impl Partition {
                 // segment exists only after this one was synced), so finish
                 // it; the producer state is its end's only if replayed up to it.
                 if after_snapshot {
-                    seg.seal_with_producers(now, &producers)?;
+                    seg.seal_with_producers(now, &producers, &epochs)?;
                 } else {
                     seg.seal(now)?;
                 }
             }
         }
+        epochs.truncate_from_start(log_start_offset);
         let state = State {
             segments,
             log_start_offset,
             producers,
+            epochs,
         };
         let end = state.end_offset();
         Ok(Partition {
@@ -248,6 +258,7 @@ impl Partition {
             cfg.index_interval_bytes,
         )?;
         st.producers.record(&stamped_header);
+        st.epochs.record(leader_epoch, base_offset);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
                 leader_epoch,
@@ -295,7 +306,7 @@ impl Partition {
             .values_mut()
             .next_back()
             .expect("a partition always has an active segment")
-            .seal_with_producers(now, &st.producers)?;
+            .seal_with_producers(now, &st.producers, &st.epochs)?;
         if cfg.compact {
             build_key_index_in_background(self.dir.clone(), sealed_base);
         }
@@ -467,6 +478,7 @@ impl Partition {
             target.to_string().as_bytes(),
         )?;
         st.log_start_offset = target;
+        st.epochs.truncate_from_start(target);
         let active_base = st.active().base_offset();
         let doomed: Vec<i64> = st
             .segments
@@ -492,13 +504,14 @@ impl Partition {
         for seg in std::mem::take(&mut st.segments).into_values() {
             seg.delete_files()?;
         }
-        let producers = match &point.producers {
+        let mut restored = match &point.producers {
             Some((base, bytes)) => {
                 write_synced(&self.dir.join(file_name(*base, SNAPSHOT_EXT)), bytes)?;
-                ProducerStates::from_snapshot(bytes)?.1
+                ProducerStates::from_snapshot(bytes)?
             }
-            None => ProducerStates::default(),
+            None => Restored::default(),
         };
+        restored.epochs.truncate_from_start(point.log_start_offset);
         write_synced(
             &self.dir.join(LOG_START_FILE),
             point.log_start_offset.to_string().as_bytes(),
@@ -509,7 +522,8 @@ impl Partition {
             Segment::create(&self.dir, point.next_offset, now)?,
         );
         st.log_start_offset = point.log_start_offset;
-        st.producers = producers;
+        st.producers = restored.producers;
+        st.epochs = restored.epochs;
         if let Some(sink) = self.head_sink.get() {
             sink.reset(point.next_offset);
         }
@@ -547,6 +561,7 @@ impl Partition {
         st.active_mut()
             .append(head, records, &header, now, cfg.index_interval_bytes)?;
         st.producers.record(&header);
+        st.epochs.record(header.leader_epoch, header.base_offset);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
                 header.leader_epoch,
@@ -573,6 +588,24 @@ impl Partition {
     /// Notified with the new end offset after every append (fetch long-polls on it).
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.end_offset.subscribe()
+    }
+
+    /// Where leader epoch `requested` ended, as OffsetForLeaderEpoch answers:
+    /// (the largest epoch at most `requested`, its end offset), or (-1, -1).
+    pub fn end_offset_for_epoch(&self, requested: i32) -> (i32, i64) {
+        let st = self.state.lock();
+        st.epochs
+            .end_offset_for(requested, self.leader_epoch(), st.end_offset())
+    }
+
+    /// The leader epoch history: (epoch, first offset written in it).
+    pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
+        let st = self.state.lock();
+        st.epochs
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
     }
 
     pub fn max_producer_id(&self) -> Option<i64> {
@@ -881,16 +914,16 @@ impl Partition {
     }
 }
 
-/// The producer state to start from: the newest readable snapshot of a
-/// sealed segment or of one whose data is only in the store (a snapshot next
-/// to an unsealed log may be ahead of what recovery keeps). Returns its
-/// segment's base, the offset it was taken at, and the state; without one,
-/// replay starts from nothing.
+/// The producer state and epoch history to start from: the newest readable
+/// snapshot of a sealed segment or of one whose data is only in the store (a
+/// snapshot next to an unsealed log may be ahead of what recovery keeps).
+/// Returns its segment's base and what it holds; without one, replay starts
+/// from nothing.
 fn newest_snapshot(
     dir: &Path,
     mut bases: Vec<i64>,
     segments: &BTreeMap<i64, Segment>,
-) -> (i64, i64, ProducerStates) {
+) -> (i64, Restored) {
     bases.sort_unstable_by(|a, b| b.cmp(a));
     for base in bases {
         if segments.get(&base).is_some_and(|s| s.meta().is_none()) {
@@ -901,13 +934,17 @@ fn newest_snapshot(
             .map_err(LogError::from)
             .and_then(|b| ProducerStates::from_snapshot(&b))
         {
-            Ok((end, producers)) => return (base, end, producers),
+            Ok(restored) => return (base, restored),
             Err(e) => {
                 tracing::warn!(snapshot = %path.display(), error = %e, "ignoring unreadable producer snapshot")
             }
         }
     }
-    (i64::MIN, i64::MIN, ProducerStates::default())
+    let nothing = Restored {
+        end_offset: i64::MIN,
+        ..Restored::default()
+    };
+    (i64::MIN, nothing)
 }
 
 /// Deletes the snapshots below `base` whose segments are no longer local:
@@ -1224,6 +1261,118 @@ mod tests {
         let next = p.append(&make_batch(1, 77, 0, 60, 1), &cfg()).unwrap();
         assert!(!next.duplicate);
         assert_eq!(next.base_offset, 60);
+    }
+
+    /// Appends `batches` batches of two records at leader epoch `epoch`.
+    fn append_at(p: &Partition, epoch: i32, batches: usize) {
+        p.set_leader_epoch(epoch);
+        for _ in 0..batches {
+            p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
+        }
+    }
+
+    fn roll_now(p: &Partition) {
+        let due = AppendConfig {
+            segment_ms: 0,
+            ..cfg()
+        };
+        assert!(p.roll_if_due(&due).unwrap());
+    }
+
+    #[test]
+    fn leader_epoch_history_survives_reopen_release_and_a_moved_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        // A fresh single broker: epoch 0 ends at the log end.
+        assert_eq!(p.end_offset_for_epoch(0), (0, 0));
+        append_at(&p, 0, 5);
+        append_at(&p, 3, 20);
+        append_at(&p, 7, 3);
+        let history = vec![(0, 0), (3, 10), (7, 50)];
+        assert_eq!(p.leader_epochs(), history);
+        assert_eq!(p.sealed_segments().len(), 2, "the history spans segments");
+        assert_eq!(p.end_offset_for_epoch(3), (3, 50));
+        assert_eq!(p.end_offset_for_epoch(5), (3, 50));
+        assert_eq!(p.end_offset_for_epoch(7), (7, 56));
+        assert_eq!(p.end_offset_for_epoch(8), (-1, -1));
+        // Reopened: the newest snapshot plus the headers of the active segment.
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.leader_epochs(), history);
+        assert_eq!(p.end_offset_for_epoch(3), (3, 50));
+        // With every sealed segment's data gone from local disk, only the
+        // newest snapshot holds it.
+        roll_now(&p);
+        p.attach_remote(Arc::new(FakeRemote {
+            end: p.end_offset(),
+        }));
+        for s in p.sealed_segments() {
+            assert!(p.release_local(s.base_offset).unwrap());
+        }
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.leader_epochs(), history);
+        // DeleteRecords: the epoch holding the new log start starts there.
+        p.delete_records(30).unwrap();
+        assert_eq!(p.leader_epochs(), [(3, 30), (7, 50)]);
+        assert_eq!(p.end_offset_for_epoch(0), (0, 30));
+        assert_eq!(p.end_offset_for_epoch(3), (3, 50));
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.leader_epochs(), [(3, 30), (7, 50)]);
+    }
+
+    #[test]
+    fn a_restore_or_takeover_continues_the_history_from_the_tiered_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Partition::open(dir.path()).unwrap();
+        append_at(&old, 1, 10);
+        append_at(&old, 2, 5);
+        roll_now(&old);
+        let tiered = old.sealed_segments().pop().unwrap();
+        // The head the old leader made durable in its write-ahead log only.
+        append_at(&old, 2, 3);
+        append_at(&old, 4, 2);
+        let history = vec![(1, 0), (2, 20), (4, 36)];
+        assert_eq!(old.leader_epochs(), history);
+        let snapshot =
+            std::fs::read(dir.path().join(file_name(tiered.base_offset, SNAPSHOT_EXT))).unwrap();
+        let point = RestorePoint {
+            next_offset: tiered.next_offset,
+            log_start_offset: 0,
+            producers: Some((tiered.base_offset, Bytes::from(snapshot))),
+        };
+
+        // Restore into an empty data directory: the tiered part's history.
+        let restored = tempfile::tempdir().unwrap();
+        assert!(Partition::prepare_restore(restored.path(), &point).unwrap());
+        let p = Partition::open(restored.path()).unwrap();
+        assert_eq!(p.leader_epochs(), [(1, 0), (2, 20)]);
+
+        // Takeover at epoch 6: the tiered snapshot, then the head read back.
+        let taken = tempfile::tempdir().unwrap();
+        let p = Partition::open(taken.path()).unwrap();
+        append_at(&p, 0, 4); // a stale local head, forgotten
+        p.set_leader_epoch(6);
+        p.reset(&point).unwrap();
+        let mut offset = point.next_offset;
+        while offset < old.end_offset() {
+            let slice = old.read(offset, 1 << 20, true).unwrap();
+            let mut rest = &slice.records[..];
+            while let Some(h) = BatchHeader::parse(rest).unwrap() {
+                offset = p.append_recovered(&rest[..h.size], &cfg()).unwrap();
+                rest = &rest[h.size..];
+            }
+        }
+        assert_eq!(p.leader_epochs(), history);
+        // Nothing written at epoch 6 yet: epoch 4 ends at the log end.
+        assert_eq!(p.end_offset_for_epoch(4), (4, 40));
+        assert_eq!(p.end_offset_for_epoch(6), (6, 40));
+        append_at(&p, 6, 1);
+        assert_eq!(p.end_offset_for_epoch(4), (4, 40));
+        assert_eq!(p.end_offset_for_epoch(5), (4, 40));
+        assert_eq!(p.end_offset_for_epoch(6), (6, 42));
+        assert_eq!(p.leader_epochs(), [(1, 0), (2, 20), (4, 36), (6, 40)]);
     }
 
     #[test]

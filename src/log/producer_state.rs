@@ -8,12 +8,15 @@
 //! its end is written next to it (`B.producers`, like Kafka's `.snapshot`)
 //! and tiered with it; opening a partition starts from the newest snapshot
 //! and replays the batch headers after it, so the state survives restarts
-//! and a data directory restored from the store.
+//! and a data directory restored from the store. The snapshot also carries
+//! the partition's leader epoch history (`leader_epochs`), which needs the
+//! same journey.
 
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use super::leader_epochs::LeaderEpochs;
 use super::LogError;
 use crate::format::batch::BatchHeader;
 
@@ -54,6 +57,9 @@ struct Snapshot {
     format_version: u32,
     end_offset: i64,
     producers: Vec<SnapshotEntry>,
+    /// Absent in snapshots written before the history was kept.
+    #[serde(default)]
+    leader_epochs: LeaderEpochs,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -138,8 +144,9 @@ impl ProducerStates {
         self.producers.keys().copied().max()
     }
 
-    /// The snapshot of this state, taken when every offset below `end_offset` is recorded.
-    pub fn snapshot(&self, end_offset: i64) -> Result<Vec<u8>, LogError> {
+    /// The snapshot of this state and the leader epoch history, taken when
+    /// every offset below `end_offset` is recorded.
+    pub fn snapshot(&self, end_offset: i64, epochs: &LeaderEpochs) -> Result<Vec<u8>, LogError> {
         let mut producers: Vec<SnapshotEntry> = self
             .producers
             .iter()
@@ -154,12 +161,14 @@ impl ProducerStates {
             format_version: SNAPSHOT_FORMAT_VERSION,
             end_offset,
             producers,
+            leader_epochs: epochs.clone(),
         })
         .map_err(|e| LogError::Corrupt(e.to_string()))
     }
 
-    /// The state in a snapshot and the offset it was taken at.
-    pub fn from_snapshot(bytes: &[u8]) -> Result<(i64, ProducerStates), LogError> {
+    /// The state in a snapshot, the offset it was taken at, and the leader
+    /// epoch history up to there.
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Restored, LogError> {
         let s: Snapshot = serde_json::from_slice(bytes)
             .map_err(|e| LogError::Corrupt(format!("producer snapshot: {e}")))?;
         if s.format_version != SNAPSHOT_FORMAT_VERSION {
@@ -179,8 +188,20 @@ impl ProducerStates {
                 (e.producer_id, entry)
             })
             .collect();
-        Ok((s.end_offset, ProducerStates { producers }))
+        Ok(Restored {
+            end_offset: s.end_offset,
+            producers: ProducerStates { producers },
+            epochs: s.leader_epochs,
+        })
     }
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Default)]
+pub struct Restored {
+    pub end_offset: i64,
+    pub producers: ProducerStates,
+    pub epochs: LeaderEpochs,
 }
 
 fn next_sequence(s: i32) -> i32 {
@@ -261,8 +282,13 @@ mod tests {
             s.record(&header(9, 2, i * 3, 3, 100 + i as i64 * 3));
         }
         s.record(&header(4, 0, 0, 1, 200));
-        let (end, back) = ProducerStates::from_snapshot(&s.snapshot(201).unwrap()).unwrap();
+        let mut epochs = LeaderEpochs::default();
+        epochs.record(0, 0);
+        epochs.record(3, 150);
+        let restored = ProducerStates::from_snapshot(&s.snapshot(201, &epochs).unwrap()).unwrap();
+        let (end, back) = (restored.end_offset, restored.producers);
         assert_eq!(end, 201);
+        assert_eq!(restored.epochs, epochs);
         assert_eq!(back.max_producer_id(), Some(9));
         // The last batch is a duplicate with its original offsets; older
         // ones than the five kept are not, and the sequence goes on.
@@ -288,6 +314,14 @@ mod tests {
             Err(LogError::OutOfOrderSequence { expected: 1, .. })
         ));
         assert!(ProducerStates::from_snapshot(b"{}").is_err());
+    }
+
+    #[test]
+    fn a_snapshot_from_before_leader_epochs_reads_with_an_empty_history() {
+        let old = br#"{"format_version":1,"end_offset":7,"producers":[]}"#;
+        let restored = ProducerStates::from_snapshot(old).unwrap();
+        assert_eq!(restored.end_offset, 7);
+        assert!(restored.epochs.entries().is_empty());
     }
 
     #[test]

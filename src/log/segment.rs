@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::index::{write_synced, SegmentIndex, INDEX_INTERVAL_BYTES};
+use super::leader_epochs::LeaderEpochs;
 use super::producer_state::ProducerStates;
 use super::LogError;
 use crate::format::batch::{self, BatchHeader, HEADER_LEN};
@@ -204,21 +205,23 @@ impl Segment {
         self.seal_inner(now_ms, None)
     }
 
-    /// Like `seal`, also writing `producers` (the partition's producer state
-    /// as of this segment's end) before the descriptor, so a sealed segment
-    /// always has a complete snapshot.
+    /// Like `seal`, also writing the snapshot of `producers` and `epochs`
+    /// (the partition's producer state and leader epoch history as of this
+    /// segment's end) before the descriptor, so a sealed segment always has a
+    /// complete snapshot.
     pub fn seal_with_producers(
         &mut self,
         now_ms: i64,
         producers: &ProducerStates,
+        epochs: &LeaderEpochs,
     ) -> Result<(), LogError> {
-        self.seal_inner(now_ms, Some(producers))
+        self.seal_inner(now_ms, Some((producers, epochs)))
     }
 
     fn seal_inner(
         &mut self,
         now_ms: i64,
-        producers: Option<&ProducerStates>,
+        state: Option<(&ProducerStates, &LeaderEpochs)>,
     ) -> Result<(), LogError> {
         if self.meta.is_some() {
             return Ok(());
@@ -226,10 +229,10 @@ impl Segment {
         self.file.sync_all()?;
         let (ip, tp) = self.index_paths();
         self.index.write_files(&ip, &tp)?;
-        if let Some(p) = producers {
+        if let Some((p, epochs)) = state {
             write_synced(
                 &self.dir.join(file_name(self.base_offset, SNAPSHOT_EXT)),
-                &p.snapshot(self.next_offset)?,
+                &p.snapshot(self.next_offset, epochs)?,
             )?;
         }
         let meta = SegmentMeta {

@@ -17,9 +17,10 @@
 //! neither owns it. The writer epoch recorded in each version says who wrote
 //! it; the fencing of stale writers that cluster mode needs belongs here too.
 //! `objects` uploads, deletes and garbage-collects segment objects, `store`
-//! opens the store a URL names, and `fault` (test builds only) injects
-//! failures into any store.
+//! opens the store a URL names, `counted` counts the requests made to it and
+//! `fault` (test builds only) injects failures into any store.
 
+pub mod counted;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fault;
 pub mod objects;

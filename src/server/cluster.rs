@@ -28,7 +28,7 @@ use crate::cluster::{
 use crate::config::BrokerConfig;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::GroupCoordinator;
-use crate::tier::{NewLeader, Tier, WalCollector};
+use crate::tier::{Claim, Tier, WalCollector};
 use crate::wal::{self, Wal};
 
 /// How long to wait for etcd to describe the internal topics at startup.
@@ -38,9 +38,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) struct Joined {
     pub node: Arc<ClusterNode>,
     pub wal: Arc<Wal>,
-    /// Objects of this node's log below this sequence number were written by
-    /// its earlier runs (now fenced).
-    pub own_floor: u64,
     pub controller: Controller,
 }
 
@@ -98,7 +95,6 @@ pub(super) async fn join(
     Ok(Joined {
         node: Arc::new(ClusterNode::new(cluster_id, Arc::new(member), view)),
         wal,
-        own_floor,
         controller,
     })
 }
@@ -198,7 +194,6 @@ pub(super) struct Leadership {
     pub tier: Arc<Tier>,
     pub wal: Arc<Wal>,
     pub coordinator: Arc<GroupCoordinator>,
-    pub own_floor: u64,
     /// Told why when this run of the broker must end.
     pub fatal: watch::Sender<Option<String>>,
 }
@@ -279,58 +274,87 @@ impl Leadership {
                     tracing::info!(%topic, partition, epoch, "no longer the leader");
                 }
             }
+            let mut releases = Vec::new();
+            let mut claims = Vec::new();
             for led in mine {
                 let key = (led.topic, led.partition, led.epoch);
                 if led.handover_to.is_some() {
-                    if !released.contains(&key)
-                        && self.release(led.topic, led.partition, led.epoch).await
-                    {
-                        released.insert(key);
+                    if !released.contains(&key) {
+                        releases.push(key);
                     }
                     continue;
                 }
                 if self.node.serving(led.topic, led.partition) == Some(led.epoch) {
                     continue;
                 }
-                let alive = |node: i32| state.brokers.contains_key(&node);
-                if let Err(e) = self
-                    .take_over(led.topic, led.partition, led.epoch, alive)
-                    .await
-                {
-                    tracing::warn!(topic = %led.topic, partition = led.partition, epoch = led.epoch, error = %e, "takeover failed; will retry");
+                match self.claim(led.topic, led.partition, led.epoch) {
+                    Some(c) => claims.push(c),
+                    None => {
+                        tracing::debug!(topic = %led.topic, partition = led.partition, "not mirrored yet")
+                    }
                 }
+            }
+            let handed =
+                futures::future::join_all(releases.iter().map(|&(t, p, e)| self.release(t, p, e)))
+                    .await;
+            released.extend(
+                releases
+                    .into_iter()
+                    .zip(handed)
+                    .filter_map(|(key, ok)| ok.then_some(key)),
+            );
+            if !claims.is_empty() {
+                let alive = |node: i32| state.brokers.contains_key(&node);
+                self.take_over(claims, alive).await;
             }
         }
     }
 
-    async fn take_over(
-        &self,
-        topic_id: Uuid,
-        index: i32,
-        epoch: i32,
-        alive: impl Fn(i32) -> bool,
-    ) -> anyhow::Result<()> {
-        let topic = self
-            .catalog
-            .topic_by_id(topic_id)
-            .context("topic not mirrored yet")?;
-        let partition = topic
-            .partition(index)
-            .context("partition not mirrored yet")?;
-        let me = self.node.node_id();
-        let leader = NewLeader {
-            node_id: me,
+    fn claim(&self, topic_id: Uuid, index: i32, epoch: i32) -> Option<Claim> {
+        let topic = self.catalog.topic_by_id(topic_id)?;
+        let partition = topic.partition(index)?;
+        Some(Claim {
+            topic,
+            index,
+            partition,
             epoch,
-            own_floor: self.own_floor,
-        };
-        self.tier
-            .take_over(&topic, index, &partition, leader, alive)
-            .await?;
-        if topic.name() == OFFSETS_TOPIC {
-            self.coordinator.reload().await?;
+        })
+    }
+
+    /// Takes the claimed partitions over in one round and serves those that
+    /// made it; the others are tried again on the next pass.
+    async fn take_over(&self, claims: Vec<Claim>, alive: impl Fn(i32) -> bool) {
+        // This broker may have led some of them until it lost its lease a
+        // moment ago: what it appended then must be in its log before the
+        // takeover reads the head back from there.
+        let ttl = self.node.member().ttl();
+        let flushed = futures::future::join_all(claims.iter().map(|c| {
+            let appended = c.partition.end_offset();
+            tokio::time::timeout(ttl, c.partition.wait_durable(appended))
+        }))
+        .await;
+        if flushed.iter().any(|f| !matches!(f, Ok(Ok(())))) {
+            tracing::warn!("the write-ahead log is not writable; takeovers wait");
+            return;
         }
-        self.node.start_serving(topic_id, index, epoch);
-        Ok(())
+        let me = self.node.node_id();
+        let own_written = self.wal.next_sequence();
+        for (claim, taken) in self.tier.take_over(claims, me, own_written, alive).await {
+            let (topic_id, index, epoch) = (claim.topic.id(), claim.index, claim.epoch);
+            let ready = match taken {
+                Ok(_) if claim.topic.name() == OFFSETS_TOPIC => {
+                    self.coordinator.reload().await.map_err(anyhow::Error::from)
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+            match ready {
+                Ok(()) => self.node.start_serving(topic_id, index, epoch),
+                Err(e) => {
+                    tracing::warn!(topic = %topic_id, partition = index, epoch, error = %e, "takeover failed; will retry")
+                }
+            }
+        }
     }
 
     /// Stops serving a partition the controller hands to another broker,

@@ -16,11 +16,13 @@ use tokio::task::JoinHandle;
 use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
+use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::GroupCoordinator;
+use crate::manifest::counted::{Counted, RequestCounts};
 use crate::manifest::store::open_from_args;
 use crate::tier::{self, Tier};
 
@@ -37,6 +39,7 @@ pub struct Server {
     joined: Option<cluster::Joined>,
     /// Set when the broker must stop serving for good.
     fatal: watch::Sender<Option<String>>,
+    store_requests: Arc<RequestCounts>,
 }
 
 impl Server {
@@ -55,6 +58,7 @@ impl Server {
             Some(s) => s,
             None => open_from_args(&config.object_store, &config.data_dir)?,
         };
+        let (store, store_requests) = Counted::wrap(store);
         // A wiped data directory is refilled from the store before the catalog reads it.
         let restored = tier::restore::restore(&store, &config.data_dir).await?;
         if restored != Default::default() {
@@ -116,6 +120,7 @@ impl Server {
             let node = j.node.clone();
             let serves: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
             tier.set_scope(serves.clone());
+            tier.limit_head_age(Duration::from_millis(config.wal_max_age_ms));
             scheduler.set_scope(serves);
         }
         // After the tier: the replay reads tiered offsets through it.
@@ -148,13 +153,13 @@ impl Server {
                 tier: tier.clone(),
                 wal: j.wal.clone(),
                 coordinator: coordinator.clone(),
-                own_floor: j.own_floor,
                 fatal: fatal.clone(),
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
             tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
         }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
+        tokio::spawn(log_store_requests(store_requests.clone(), stop_rx.clone()));
         tokio::spawn(schedule_compactions(
             tier.clone(),
             broker.catalog.clone(),
@@ -209,6 +214,7 @@ impl Server {
             tier,
             joined,
             fatal,
+            store_requests,
         })
     }
 
@@ -261,6 +267,7 @@ impl Server {
             }
         })
         .await?;
+        tracing::info!(requests = %self.store_requests, "object store requests since start");
         tracing::info!("shutdown complete");
         Ok(())
     }
@@ -284,6 +291,24 @@ async fn accept_loop(
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
+            }
+        }
+    }
+}
+
+/// Every second, at debug level under its own target, so that a benchmark
+/// can turn the counts into rates over the interval it measures.
+async fn log_store_requests(counts: Arc<RequestCounts>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                let at_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis();
+                tracing::debug!(target: "strata::store_requests", at_ms, requests = %counts);
             }
         }
     }
@@ -332,6 +357,10 @@ async fn run_compaction_worker(
     }
 }
 
+/// How often the manifest of a partition this broker schedules merges for
+/// but does not lead is read again.
+const REREAD_LED_ELSEWHERE: Duration = Duration::from_secs(3);
+
 /// Queues the merges each partition's compaction policy wants, against the
 /// tier's manifests: checked every tier interval, and against the latest
 /// manifest in the store only when a merge looks due or a queued job may
@@ -344,20 +373,41 @@ async fn schedule_compactions(
 ) {
     let mut tick = tokio::time::interval(tier.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reread = std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
         for topic in catalog.topics() {
+            if topic.config().compaction_policy() == POLICY_NONE {
+                continue;
+            }
             for index in 0..topic.partition_count() as i32 {
-                let Some(remote) = tier.remote(topic.id(), index) else {
-                    continue;
-                };
                 if !scheduler.tends(topic.id(), index) {
                     continue;
                 }
-                if scheduler.due(&topic, index, &remote.manifest()).is_empty()
+                let remote = match tier.remote_of(&topic, index).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(topic = topic.name(), partition = index, error = %e, "reading the manifest failed; will retry");
+                        continue;
+                    }
+                };
+                // Cluster mode: the leader's uploads change the manifest of a
+                // partition led elsewhere, unseen here but for a reread.
+                let now = tokio::time::Instant::now();
+                let key = (topic.id(), index);
+                let stale = !tier.tends(topic.id(), index)
+                    && reread
+                        .get(&key)
+                        .is_none_or(|at| now - *at >= REREAD_LED_ELSEWHERE);
+                if stale {
+                    reread.insert(key, now);
+                }
+                if !stale
+                    && scheduler.due(&topic, index, &remote.manifest()).is_empty()
                     && !scheduler.should_check(topic.id(), index)
                 {
                     continue;

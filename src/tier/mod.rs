@@ -40,7 +40,7 @@ use partitions::TieredPartitions;
 pub use partitions::{Scope, TierStats};
 use remote::TieredPartition;
 use retention::Retention;
-pub use takeover::NewLeader;
+pub use takeover::Claim;
 use topics::TopicSync;
 use uploader::Uploader;
 pub use wal_gc::WalCollector;
@@ -179,6 +179,31 @@ impl Tier {
         self.partitions.remote(topic_id, partition)
     }
 
+    /// The remote part of a partition, attaching it first if needed (in a
+    /// cluster, a partition led elsewhere is attached only when this broker
+    /// needs its manifest, e.g. to schedule its merges).
+    pub async fn remote_of(
+        &self,
+        topic: &crate::catalog::Topic,
+        index: i32,
+    ) -> Result<Option<Arc<TieredPartition>>, TierError> {
+        if let Some(r) = self.remote(topic.id(), index) {
+            return Ok(Some(r));
+        }
+        let Some(partition) = topic.partition(index) else {
+            return Ok(None);
+        };
+        Ok(Some(
+            self.partitions.attach(topic, index, &partition).await?,
+        ))
+    }
+
+    /// Whether this broker tends the partition's uploads (cluster mode: it
+    /// serves it).
+    pub fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
+        self.partitions.in_scope(topic_id, partition)
+    }
+
     /// The durable manifest of a partition, by topic name.
     pub fn manifest_of(&self, topic: &str, partition: i32) -> Option<Arc<Manifest>> {
         self.partitions.manifest_of(topic, partition)
@@ -195,6 +220,12 @@ impl Tier {
     /// ones this broker leads). Set once.
     pub fn set_scope(&self, scope: Scope) {
         self.partitions.set_scope(scope);
+    }
+
+    /// Cluster mode: active segments roll once this old, whatever their
+    /// `segment.ms`, so the write-ahead log behind them can be collected.
+    pub fn limit_head_age(&self, max: std::time::Duration) {
+        self.uploader.limit_head_age(max);
     }
 
     /// Whether produce is being refused because uploads lag.

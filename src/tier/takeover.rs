@@ -19,132 +19,302 @@
 //!    the manifest's end did not move meanwhile (a paused old leader may have
 //!    just uploaded a segment: then start over). From that version on, every
 //!    manifest write of the old leader is refused.
+//!
+//! A broker that dies leaves many partitions at once, so takeovers go in
+//! rounds: every partition's manifest is read concurrently, each previous
+//! leader is fenced once, and its write-ahead log is read once, object by
+//! object, handing each entry to the partition it belongs to. The stall
+//! after a failure then grows with the size of the dead broker's log, not
+//! with that size times its partition count.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use uuid::Uuid;
+
+use super::remote::TieredPartition;
 use super::{Tier, TierError};
 use crate::catalog::Topic;
 use crate::format::batch::BatchHeader;
 use crate::format::segment::SNAPSHOT_EXT;
+use crate::format::wal::WalEntry;
 use crate::log::{Partition, RestorePoint};
-use crate::manifest::{LeaderMark, ManifestError};
+use crate::manifest::{LeaderMark, Manifest, ManifestError};
 use crate::wal;
 
 /// Attempts before a takeover that keeps racing the old leader gives up.
 const ATTEMPTS: usize = 8;
+/// Partitions whose manifests are read, or committed, at once.
+const CONCURRENCY: usize = 16;
 
-/// The broker taking a partition over.
-#[derive(Debug, Clone, Copy)]
-pub struct NewLeader {
-    pub node_id: i32,
+/// A partition to take over, at the epoch the controller gave it.
+#[derive(Clone)]
+pub struct Claim {
+    pub topic: Arc<Topic>,
+    pub index: i32,
+    pub partition: Arc<Partition>,
     pub epoch: i32,
-    /// The first sequence number of this run's own write-ahead log: objects
-    /// below it are an earlier run's.
-    pub own_floor: u64,
+}
+
+/// A claim whose manifest was read: where its head starts and whose log holds it.
+struct Prepared {
+    claim: Claim,
+    remote: Arc<TieredPartition>,
+    manifest: Arc<Manifest>,
+    restore: RestorePoint,
+    previous: Option<i32>,
 }
 
 impl Tier {
-    /// Makes `leader` the leader of `partition`; `alive` tells whether a
-    /// broker still holds its lease. Returns the end offset it serves from.
+    /// Makes `node_id` the leader of every claimed partition; `alive` tells
+    /// whether a broker still holds its lease. `own_written` is where this
+    /// broker's own log stands: objects below it hold everything it made
+    /// durable, in earlier runs and in this one (it may take back a partition
+    /// it led before losing its lease, whose head then sits in this run's
+    /// objects). Returns, per claim, the end offset it serves from.
     pub async fn take_over(
         &self,
-        topic: &Topic,
-        index: i32,
-        partition: &Arc<Partition>,
-        leader: NewLeader,
+        claims: Vec<Claim>,
+        node_id: i32,
+        own_written: u64,
         alive: impl Fn(i32) -> bool,
-    ) -> Result<i64, TierError> {
-        let NewLeader {
-            node_id,
-            epoch,
-            own_floor,
-        } = leader;
-        let store = self.partitions.store().clone();
-        let remote = self.partitions.attach(topic, index, partition).await?;
+    ) -> Vec<(Claim, Result<i64, TierError>)> {
+        let mut done = Vec::with_capacity(claims.len());
+        let mut pending = claims;
         for _ in 0..ATTEMPTS {
-            remote.refresh().await?;
-            let m = remote.manifest();
-            m.check_leader_epoch(epoch)?;
-            let end = m.end_offset().unwrap_or(0).max(m.log_start_offset);
-            let producers = match m.segments.last() {
-                Some(last) => match store.get(&last.object(SNAPSHOT_EXT)).await {
-                    Ok(r) => Some((last.base_offset, r.bytes().await?)),
-                    Err(object_store::Error::NotFound { .. }) => None,
-                    Err(e) => return Err(e.into()),
-                },
-                None => None,
-            };
-            let head = match m.leader {
-                None => Vec::new(),
-                Some(LeaderMark { node_id: prev, .. }) => {
-                    let below = if prev == node_id {
-                        own_floor
-                    } else if alive(prev) {
-                        u64::MAX
-                    } else {
-                        wal::fence(&store, prev, node_id).await?
-                    };
-                    wal::read_partition(&store, prev, below, topic.id(), index, end).await?
-                }
-            };
-            partition.set_leader_epoch(epoch);
-            partition.reset(&RestorePoint {
-                next_offset: end,
-                log_start_offset: m.log_start_offset,
-                producers,
-            })?;
-            let cfg = topic.append_config();
-            for run in &head {
-                let mut rest = &run[..];
-                while let Some(h) = BatchHeader::parse(rest)? {
-                    if h.size > rest.len() {
-                        break;
-                    }
-                    partition.append_recovered(&rest[..h.size], &cfg)?;
-                    rest = &rest[h.size..];
+            if pending.is_empty() {
+                break;
+            }
+            let prepared: Vec<_> = futures::stream::iter(pending.drain(..))
+                .map(|c| async move {
+                    let p = self.prepare(&c).await;
+                    (c, p)
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect()
+                .await;
+            let mut by_previous: HashMap<Option<i32>, Vec<Prepared>> = HashMap::new();
+            for (claim, p) in prepared {
+                match p {
+                    Ok(p) => by_previous.entry(p.previous).or_default().push(p),
+                    Err(e) => done.push((claim, Err(e))),
                 }
             }
-            partition.wait_durable(partition.end_offset()).await?;
-            let committed = remote
-                .manifests
-                .commit(&m, &self.partitions.writer, |next| {
-                    next.check_leader_epoch(epoch)?;
-                    if next.end_offset() != m.end_offset() {
-                        return Err(ManifestError::Superseded(
-                            "the old leader uploaded meanwhile".into(),
-                        ));
+            for (previous, group) in by_previous {
+                let below = match previous {
+                    None => Ok(0),
+                    Some(prev) if prev == node_id => Ok(own_written),
+                    Some(prev) if alive(prev) => Ok(u64::MAX),
+                    Some(prev) => wal::fence(self.partitions.store(), prev, node_id)
+                        .await
+                        .map_err(TierError::from),
+                };
+                let replayed = match below {
+                    Ok(below) => self.replay(previous, below, group).await,
+                    Err(e) => {
+                        let e = Arc::new(e);
+                        done.extend(
+                            group
+                                .into_iter()
+                                .map(|p| (p.claim, Err(TierError::Shared(e.clone())))),
+                        );
+                        continue;
                     }
-                    next.leader = Some(LeaderMark { node_id, epoch });
-                    Ok(())
-                })
-                .await;
-            match committed {
-                Ok(next) => {
-                    remote.adopt(next);
-                    tracing::info!(
-                        topic = topic.name(),
-                        partition = index,
-                        epoch,
-                        end = partition.end_offset(),
-                        recovered = partition.end_offset() - end,
-                        "took the partition over"
-                    );
-                    return Ok(partition.end_offset());
+                };
+                let finished: Vec<_> = futures::stream::iter(replayed)
+                    .map(|(p, r)| async move {
+                        match r {
+                            Ok(()) => self.finish(p, node_id).await,
+                            Err(e) => (p.claim, Err(e)),
+                        }
+                    })
+                    .buffer_unordered(CONCURRENCY)
+                    .collect()
+                    .await;
+                for (claim, r) in finished {
+                    match r {
+                        Err(TierError::Manifest(ManifestError::Superseded(why))) => {
+                            tracing::info!(
+                                topic = claim.topic.name(),
+                                partition = claim.index,
+                                why,
+                                "takeover raced; again"
+                            );
+                            pending.push(claim);
+                        }
+                        r => done.push((claim, r)),
+                    }
                 }
-                Err(ManifestError::Superseded(why)) => {
-                    tracing::info!(
-                        topic = topic.name(),
-                        partition = index,
-                        why,
-                        "takeover raced; again"
-                    );
-                }
-                Err(e) => return Err(e.into()),
             }
         }
-        Err(TierError::Corrupt(format!(
-            "{}-{index}: takeover kept racing the previous leader",
-            topic.name()
-        )))
+        done.extend(pending.into_iter().map(|c| {
+            let why = format!(
+                "{}-{}: takeover kept racing the previous leader",
+                c.topic.name(),
+                c.index
+            );
+            (c, Err(TierError::Corrupt(why)))
+        }));
+        done
     }
+
+    /// Reads the claim's latest manifest: the head starts at its end.
+    async fn prepare(&self, claim: &Claim) -> Result<Prepared, TierError> {
+        let store = self.partitions.store();
+        let remote = self
+            .partitions
+            .attach(&claim.topic, claim.index, &claim.partition)
+            .await?;
+        remote.refresh().await?;
+        let m = remote.manifest();
+        m.check_leader_epoch(claim.epoch)?;
+        let producers = match m.segments.last() {
+            Some(last) => match store.get(&last.object(SNAPSHOT_EXT)).await {
+                Ok(r) => Some((last.base_offset, r.bytes().await?)),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        Ok(Prepared {
+            claim: claim.clone(),
+            restore: RestorePoint {
+                next_offset: m.end_offset().unwrap_or(0).max(m.log_start_offset),
+                log_start_offset: m.log_start_offset,
+                producers,
+            },
+            previous: m.leader.map(|LeaderMark { node_id, .. }| node_id),
+            remote,
+            manifest: m,
+        })
+    }
+
+    /// Restarts every head of `group` at its manifest's end and appends the
+    /// batches that `previous`'s log holds below `below`, reading that log
+    /// once for the whole group.
+    async fn replay(
+        &self,
+        previous: Option<i32>,
+        below: u64,
+        group: Vec<Prepared>,
+    ) -> Vec<(Prepared, Result<(), TierError>)> {
+        let mut results: Vec<(Prepared, Result<(), TierError>)> = group
+            .into_iter()
+            .map(|p| {
+                p.claim.partition.set_leader_epoch(p.claim.epoch);
+                let r = p.claim.partition.reset(&p.restore).map_err(TierError::from);
+                (p, r)
+            })
+            .collect();
+        let Some(previous) = previous else {
+            return results;
+        };
+        let index: HashMap<(Uuid, i32), usize> = results
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _))| ((p.claim.topic.id(), p.claim.index), i))
+            .collect();
+        let objects = match wal::objects_below(self.partitions.store(), previous, below).await {
+            Ok(o) => o,
+            Err(e) => return fail_all(results, e.into()),
+        };
+        futures::pin_mut!(objects);
+        loop {
+            let object = match objects.try_next().await {
+                Ok(Some(o)) => o,
+                Ok(None) => break,
+                Err(e) => return fail_all(results, e.into()),
+            };
+            for e in object.entries.iter().flatten() {
+                let Some(&i) = index.get(&(e.topic_id, e.partition)) else {
+                    continue;
+                };
+                let (p, r) = &mut results[i];
+                if r.is_ok() {
+                    *r = object
+                        .batches_of(e)
+                        .map_err(TierError::from)
+                        .and_then(|run| append_run(p, e, run));
+                }
+            }
+        }
+        results
+    }
+
+    /// Waits until the replayed head is in this broker's own log, then
+    /// records this broker as the leader in the next manifest version.
+    async fn finish(&self, p: Prepared, node_id: i32) -> (Claim, Result<i64, TierError>) {
+        let Prepared {
+            claim,
+            remote,
+            manifest: m,
+            restore,
+            ..
+        } = p;
+        let epoch = claim.epoch;
+        let partition = &claim.partition;
+        if let Err(e) = partition.wait_durable(partition.end_offset()).await {
+            return (claim, Err(e.into()));
+        }
+        let committed = remote
+            .manifests
+            .commit(&m, &self.partitions.writer, |next| {
+                next.check_leader_epoch(epoch)?;
+                if next.end_offset() != m.end_offset() {
+                    return Err(ManifestError::Superseded(
+                        "the old leader uploaded meanwhile".into(),
+                    ));
+                }
+                next.leader = Some(LeaderMark { node_id, epoch });
+                Ok(())
+            })
+            .await;
+        match committed {
+            Ok(next) => {
+                remote.adopt(next);
+                let end = partition.end_offset();
+                tracing::info!(
+                    topic = claim.topic.name(),
+                    partition = claim.index,
+                    epoch,
+                    end,
+                    recovered = end - restore.next_offset,
+                    "took the partition over"
+                );
+                (claim, Ok(end))
+            }
+            Err(e) => (claim, Err(e.into())),
+        }
+    }
+}
+
+/// Appends the batches of one write-ahead log entry that the head lacks.
+fn append_run(p: &Prepared, entry: &WalEntry, run: Bytes) -> Result<(), TierError> {
+    if entry.last_offset < p.restore.next_offset {
+        return Ok(());
+    }
+    let cfg = p.claim.topic.append_config();
+    let mut rest = &run[..];
+    while let Some(h) = BatchHeader::parse(rest)? {
+        if h.size > rest.len() {
+            break;
+        }
+        p.claim.partition.append_recovered(&rest[..h.size], &cfg)?;
+        rest = &rest[h.size..];
+    }
+    Ok(())
+}
+
+/// Every claim of a group fails when its previous leader's log cannot be read.
+fn fail_all(
+    results: Vec<(Prepared, Result<(), TierError>)>,
+    e: TierError,
+) -> Vec<(Prepared, Result<(), TierError>)> {
+    let e = Arc::new(e);
+    results
+        .into_iter()
+        .map(|(p, _)| (p, Err(TierError::Shared(e.clone()))))
+        .collect()
 }

@@ -4,10 +4,13 @@
 //! the manifest now covers. It never holds a partition lock across I/O, so
 //! produce is never blocked by the store; if uploads lag by more than
 //! `--max-pending-upload-bytes`, produce is refused with a retriable error
-//! instead of filling the disk.
+//! instead of filling the disk. In cluster mode an active segment also rolls
+//! once it is `--wal-max-age-ms` old: until it is sealed, the write-ahead log
+//! objects holding its batches cannot be deleted, and a new leader would
+//! have to read them all back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -30,6 +33,8 @@ pub(super) struct Uploader {
     backoffs: Backoffs,
     backpressure: Arc<AtomicBool>,
     max_pending: u64,
+    /// Cluster mode: the oldest an active segment may get, in ms.
+    head_max_age_ms: OnceLock<i64>,
 }
 
 impl Uploader {
@@ -39,7 +44,14 @@ impl Uploader {
             partitions,
             backpressure: Arc::new(AtomicBool::new(false)),
             max_pending,
+            head_max_age_ms: OnceLock::new(),
         }
+    }
+
+    pub(super) fn limit_head_age(&self, max: Duration) {
+        let _ = self
+            .head_max_age_ms
+            .set(i64::try_from(max.as_millis()).unwrap_or(i64::MAX));
     }
 
     pub(super) fn backpressure_active(&self) -> bool {
@@ -54,7 +66,11 @@ impl Uploader {
         let mut pending = 0u64;
         for (topic, index, partition) in &work {
             partition.attach_backpressure(self.backpressure.clone());
-            if let Err(e) = partition.roll_if_due(&topic.append_config()) {
+            let mut cfg = topic.append_config();
+            if let Some(&max) = self.head_max_age_ms.get() {
+                cfg.segment_ms = cfg.segment_ms.min(max);
+            }
+            if let Err(e) = partition.roll_if_due(&cfg) {
                 tracing::warn!(topic = topic.name(), partition = index, error = %e, "rolling an idle segment failed");
             }
             let end = self

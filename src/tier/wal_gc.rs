@@ -12,9 +12,11 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
+use super::remote::TieredPartition;
 use super::{Tier, TierError};
 use crate::format::wal::WalEntry;
 use crate::wal;
@@ -52,13 +54,11 @@ impl WalCollector {
                 };
                 let mut covered = true;
                 for e in table {
-                    let Some(remote) = tier.remote(e.topic_id, e.partition) else {
+                    let Some(remote) = remote_of(tier, e.topic_id, e.partition).await? else {
                         covered = false;
                         break;
                     };
-                    let end = |r: &super::remote::TieredPartition| {
-                        r.manifest().end_offset().unwrap_or(i64::MIN)
-                    };
+                    let end = |r: &TieredPartition| r.manifest().end_offset().unwrap_or(i64::MIN);
                     if end(&remote) <= e.last_offset && refreshed.insert((e.topic_id, e.partition))
                     {
                         // Led elsewhere, the copy here may be stale.
@@ -77,5 +77,114 @@ impl WalCollector {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// The tiered state of a partition, attached now if nothing attached it yet.
+/// A broker attaches the partitions it knew at startup and those it took
+/// over; a topic created later and led elsewhere, such as one half of a dead
+/// broker's partitions, would otherwise pin every object naming it forever.
+/// `None` for a partition the catalog does not (yet) have.
+async fn remote_of(
+    tier: &Tier,
+    topic_id: Uuid,
+    index: i32,
+) -> Result<Option<Arc<TieredPartition>>, TierError> {
+    if let Some(remote) = tier.remote(topic_id, index) {
+        return Ok(Some(remote));
+    }
+    let Some(topic) = tier.partitions.catalog.topic_by_id(topic_id) else {
+        return Ok(None);
+    };
+    let Some(partition) = topic.partition(index) else {
+        return Ok(None);
+    };
+    Ok(Some(
+        tier.partitions.attach(&topic, index, &partition).await?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use clap::Parser;
+    use kafka_protocol::records::Compression;
+    use object_store::memory::InMemory;
+    use object_store::ObjectStore;
+
+    use super::*;
+    use crate::catalog::{Catalog, TopicConfig};
+    use crate::clock::ManualClock;
+    use crate::config::BrokerConfig;
+    use crate::format::batch::encode_batch;
+    use crate::log::HeadSink;
+    use crate::wal::Wal;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        config: BrokerConfig,
+    }
+
+    fn config(dir: &tempfile::TempDir) -> BrokerConfig {
+        Args::parse_from(["strata", "--data-dir", dir.path().to_str().unwrap()]).config
+    }
+
+    #[tokio::test]
+    async fn objects_naming_a_partition_this_broker_never_led_are_collected() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        const NOW: i64 = 1_700_000_000_000;
+        let clock = ManualClock::new(NOW);
+        // This broker starts before the topic exists, and never leads it.
+        let here = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(Catalog::open(here.path()).unwrap());
+        let tier = Tier::open(
+            store.clone(),
+            catalog.clone(),
+            &config(&here),
+            clock.clone(),
+        )
+        .await
+        .unwrap();
+        // Its leader seals and uploads segments of it.
+        let there = tempfile::tempdir().unwrap();
+        let leader_catalog = Arc::new(Catalog::open(there.path()).unwrap());
+        let topic = leader_catalog
+            .create_topic("t", 1, 1, &[("segment.bytes", Some("1024"))])
+            .unwrap();
+        let leader = Tier::open(store.clone(), leader_catalog, &config(&there), clock)
+            .await
+            .unwrap();
+        let partition = topic.partition(0).unwrap();
+        for i in 0..20 {
+            let record = (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(vec![b'v'; 200])),
+                NOW,
+            );
+            let batch = encode_batch(vec![record], None, Compression::None).unwrap();
+            partition.append(&batch, &topic.append_config()).unwrap();
+        }
+        leader.pass().await;
+        assert!(leader.manifest_of("t", 0).unwrap().end_offset().unwrap() > 1);
+        catalog
+            .adopt_topic("t", topic.id(), 1, TopicConfig::default())
+            .unwrap();
+        // A (dead) broker's log holds offsets 0 and 1 of it, one object each.
+        let wal = Wal::open(store.clone(), 9, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let sink = wal.partition(topic.id(), 0, 0);
+        for offset in 0..2 {
+            sink.submit(0, offset, offset, b"H", b"x");
+            wal.flush().await;
+        }
+
+        let collected = WalCollector::default().collect(&tier).await.unwrap();
+        assert_eq!(collected, 1, "all but the node's newest object");
+        let left = wal::list_all(&store).await.unwrap();
+        assert_eq!(left.get(&9), Some(&vec![2]));
     }
 }

@@ -19,7 +19,7 @@
 //! fence object at the next free sequence number (`fence`). The old broker's
 //! next PUT then finds its key taken and it stops acknowledging anything,
 //! for good; everything it did acknowledge sits below the fence, where the
-//! new leaders read it back (`read_partition`). A PUT whose answer was lost
+//! new leaders read it back (`objects_below`). A PUT whose answer was lost
 //! and that landed after all is told apart from a fence by the writer nonce
 //! in the object.
 
@@ -29,14 +29,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use uuid::Uuid;
 
-use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader};
+use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader, WalObject};
 use crate::format::FormatError;
 use crate::log::{HeadSink, LogError, RemoteFuture};
 
@@ -143,6 +143,12 @@ impl Wal {
             partition,
             durable: Arc::new(watch::Sender::new(Ok(end))),
         }
+    }
+
+    /// The sequence number the next object will be written at: every
+    /// object this broker wrote, in this run or earlier ones, lies below it.
+    pub fn next_sequence(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed)
     }
 
     /// Whether a takeover fenced this broker's log.
@@ -394,44 +400,35 @@ pub async fn fence(store: &Arc<dyn ObjectStore>, node_id: i32, by: i32) -> Resul
     }
 }
 
-/// The batches of partition `partition` of `topic_id` in broker `node_id`'s
-/// objects below sequence `below`, from offset `from` on, in offset order
-/// and without overlaps.
-pub async fn read_partition(
+/// Broker `node_id`'s objects below sequence `below`, in sequence order,
+/// fences and collected objects left out. A few are fetched ahead, and only
+/// a bounded number are held at a time however long the log.
+pub async fn objects_below(
     store: &Arc<dyn ObjectStore>,
     node_id: i32,
     below: u64,
-    topic_id: Uuid,
-    partition: i32,
-    from: i64,
-) -> Result<Vec<Bytes>, WalError> {
-    let mut by_offset: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
-    for seq in list_seqs(store, node_id).await? {
-        if seq >= below {
-            break;
-        }
-        let object = match store.get(&object_key(node_id, seq)).await {
-            Ok(r) => decode(r.bytes().await?)?,
-            // Collected: everything in it was in a sealed segment already.
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for e in object.entries.iter().flatten() {
-            if e.topic_id == topic_id && e.partition == partition && e.last_offset >= from {
-                by_offset.insert(e.base_offset, (e.last_offset, object.batches_of(e)?));
+) -> Result<impl Stream<Item = Result<WalObject, WalError>> + use<>, WalError> {
+    let mut seqs = list_seqs(store, node_id).await?;
+    seqs.retain(|&s| s < below);
+    let store = store.clone();
+    let fetches = seqs.into_iter().map(move |seq| {
+        let store = store.clone();
+        async move {
+            match store.get(&object_key(node_id, seq)).await {
+                Ok(r) => Ok(Some(decode(r.bytes().await?)?)),
+                // Collected: everything in it was in a sealed segment already.
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(WalError::from(e)),
             }
         }
-    }
-    let mut out = Vec::with_capacity(by_offset.len());
-    let mut next = i64::MIN;
-    for (base, (last, bytes)) in by_offset {
-        if base >= next {
-            out.push(bytes);
-            next = last + 1;
-        }
-    }
-    Ok(out)
+    });
+    Ok(futures::stream::iter(fetches)
+        .buffered(READ_AHEAD)
+        .try_filter_map(|o| async move { Ok(o.filter(|o| !o.is_fence())) }))
 }
+
+/// Objects fetched ahead by [`objects_below`].
+const READ_AHEAD: usize = 16;
 
 /// Every object in the store's write-ahead logs, by node: its sequence
 /// numbers, ascending.
@@ -490,6 +487,38 @@ mod tests {
 
     fn store() -> Arc<dyn ObjectStore> {
         Arc::new(InMemory::new())
+    }
+
+    /// The batches of partition `partition` of `topic_id` in broker `node_id`'s
+    /// objects below sequence `below`, from offset `from` on, in offset order
+    /// and without overlaps.
+    async fn read_partition(
+        store: &Arc<dyn ObjectStore>,
+        node_id: i32,
+        below: u64,
+        topic_id: Uuid,
+        partition: i32,
+        from: i64,
+    ) -> Result<Vec<Bytes>, WalError> {
+        let mut by_offset: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
+        let objects = objects_below(store, node_id, below).await?;
+        futures::pin_mut!(objects);
+        while let Some(object) = objects.try_next().await? {
+            for e in object.entries.iter().flatten() {
+                if e.topic_id == topic_id && e.partition == partition && e.last_offset >= from {
+                    by_offset.insert(e.base_offset, (e.last_offset, object.batches_of(e)?));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(by_offset.len());
+        let mut next = i64::MIN;
+        for (base, (last, bytes)) in by_offset {
+            if base >= next {
+                out.push(bytes);
+                next = last + 1;
+            }
+        }
+        Ok(out)
     }
 
     async fn append(sink: &WalPartition, base: i64, last: i64, body: &[u8]) {
