@@ -22,6 +22,9 @@
 #   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
 #   TopicConfigsTest    every Kafka topic config via Admin (create, describe with synonyms, incremental alter),
 #                       KIP-467 per-record errors in the Java producer, recompressed batches read back
+#   OperatorApisTest    describeLogDirs + kafka-log-dirs, describeTopics paged by DescribeTopicPartitions,
+#                       electLeaders, describeMetadataQuorum + kafka-metadata-quorum, reassignments, broker
+#                       configs, a 200-partition consumer on fetch sessions
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test

@@ -179,3 +179,80 @@ def test_offset_queries_and_seek(bootstrap, topic_name):
         assert consumer.position(tp0) == 5
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 5])
+def test_idempotent_pipelined_producer_then_subscribed_consumer(bootstrap, topic_name, in_flight):
+    """Issue 12's report: records written by an idempotent producer with five
+    requests in flight were not read by a subscribing group-less consumer."""
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=4)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                             max_in_flight_requests_per_connection=in_flight,
+                             request_timeout_ms=TIMEOUT_MS)
+    try:
+        futures = [producer.send(topic_name, key=b"k%d" % i, value=b"v%d" % i)
+                   for i in range(100)]
+        producer.flush(timeout=TIMEOUT)
+        metas = [f.get(timeout=TIMEOUT) for f in futures]
+    finally:
+        producer.close(timeout=5)
+    assert len({m.partition for m in metas}) > 1
+
+    consumer = make_consumer(bootstrap)
+    try:
+        consumer.subscribe([topic_name])
+        recs = poll_n(consumer, 100)
+    finally:
+        consumer.close()
+    assert sorted(r.value for r in recs) == sorted(b"v%d" % i for i in range(100))
+    for r in recs:
+        assert r.key == b"k" + r.value[1:]
+
+
+def test_admin_apis_operators_use(bootstrap, topic_name):
+    """kafka-python 3.0 infers Kafka 4.0 from the advertised API versions and
+    gets answers from the admin APIs it exposes."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    admin = admin_client(bootstrap)
+    try:
+        create_topic(admin, topic_name, partitions=3)
+        (node,) = [b["broker_id"] for b in admin.describe_cluster()["brokers"]]
+        assert admin.get_broker_version_data(node).broker_version == (4, 0)
+
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, str(node))],
+                                         config_filter="all")["broker"][str(node)]
+        assert configs["advertised.listeners"]["value"] == "PLAINTEXT://" + bootstrap
+        assert configs["advertised.listeners"]["config_source"] == "STATIC_BROKER_CONFIG"
+        assert configs["log.cleaner.min.cleanable.ratio"]["value"] == "0.5"
+        assert configs["num.partitions"]["read_only"]
+
+        dirs = admin.describe_log_dirs()
+        (entry,) = [b for b in dirs if b["broker"] == node]
+        listed = {(t["name"], p["partition_index"])
+                  for d in entry["log_dirs"] for t in d["topics"] for p in t["partitions"]}
+        assert {(topic_name, i) for i in range(3)} <= listed
+
+        page = admin.describe_topic_partitions([topic_name], 2)
+        assert [p["partition_index"] for p in page["topics"][0]["partitions"]] == [0, 1]
+        assert page["next_cursor"] == {"topic_name": topic_name, "partition_index": 2}
+
+        r = admin.elect_leaders(0, {topic_name: [0, 9]}, raise_errors=False)
+        codes = {p.partition_id: p.error_code
+                 for t in r.replica_election_results for p in t.partition_result}
+        assert codes == {0: 84, 9: 3}  # ELECTION_NOT_NEEDED, UNKNOWN_TOPIC_OR_PARTITION
+
+        quorum = admin.describe_metadata_quorum()
+        (p,) = quorum["topics"][0]["partitions"]
+        assert p["leader_id"] == node
+        assert [v["replica_id"] for v in p["current_voters"]] == [node]
+
+        assert admin.list_partition_reassignments() == {}
+        tp = TopicPartition(topic_name, 0)
+        assert admin.alter_partition_reassignments({tp: [node]}) == {tp: None}
+        assert admin.alter_partition_reassignments({tp: [node + 100]})[tp] is not None
+    finally:
+        admin.close()

@@ -101,7 +101,7 @@ pub fn describe_configs(
                     }
                     if version >= 3 {
                         c = c.with_config_type(e.kind as i8);
-                        if req.include_documentation {
+                        if req.include_documentation && !e.doc.is_empty() {
                             c = c.with_documentation(Some(StrBytes::from_static_str(e.doc)));
                         }
                     }
@@ -147,32 +147,141 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
         .collect()
 }
 
-/// The broker's flags under Kafka's names, then the broker-wide defaults of
-/// the topic configs (Kafka's defaults, read-only here).
+/// The broker's settings under Kafka's names: those its flags set
+/// (STATIC_BROKER_CONFIG), Kafka's fixed values for what cannot be changed
+/// here (DEFAULT_CONFIG), then the broker-wide defaults of the topic configs.
+/// Everything is read-only: the broker is configured by flags.
 fn broker_entries(broker: &Broker) -> Vec<Entry> {
-    let entry = |name: &'static str, value: String, kind: ConfigType| Entry {
+    let cfg = &broker.config;
+    let entry = |name: &'static str, value: String, kind: ConfigType, source: i8| Entry {
         name: name.to_string(),
         value: value.clone(),
-        source: CONFIG_SOURCE_STATIC_BROKER,
+        source,
         kind,
         doc: "",
         read_only: true,
-        synonyms: vec![(name, value, CONFIG_SOURCE_STATIC_BROKER)],
+        synonyms: vec![(name, value, source)],
+    };
+    let flag = |name, value: String, kind| entry(name, value, kind, CONFIG_SOURCE_STATIC_BROKER);
+    let fixed =
+        |name, value: &str, kind| entry(name, value.to_string(), kind, CONFIG_SOURCE_DEFAULT);
+    let data_dir = cfg.data_dir.display().to_string();
+    let roles = if broker.cluster.is_some() {
+        "broker"
+    } else {
+        "broker,controller"
     };
     let mut entries = vec![
-        entry("node.id", broker.node_id.to_string(), ConfigType::Int),
-        entry("broker.id", broker.node_id.to_string(), ConfigType::Int),
-        entry(
+        flag("node.id", broker.node_id.to_string(), ConfigType::Int),
+        flag("broker.id", broker.node_id.to_string(), ConfigType::Int),
+        fixed("process.roles", roles, ConfigType::List),
+        flag(
+            "listeners",
+            format!("PLAINTEXT://{}", cfg.listen),
+            ConfigType::List,
+        ),
+        flag(
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", broker.host, broker.port),
+            ConfigType::List,
+        ),
+        fixed(
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT",
+            ConfigType::List,
+        ),
+        fixed(
+            "inter.broker.listener.name",
+            "PLAINTEXT",
+            ConfigType::String,
+        ),
+        flag("log.dirs", data_dir.clone(), ConfigType::List),
+        flag("log.dir", data_dir, ConfigType::String),
+        flag(
             "num.partitions",
             broker.num_partitions.to_string(),
             ConfigType::Int,
         ),
-        entry(
+        flag(
             "auto.create.topics.enable",
             broker.auto_create_topics.to_string(),
             ConfigType::Boolean,
         ),
-        entry("default.replication.factor", "1".into(), ConfigType::Int),
+        // Data is kept once, in the object store; there are no follower replicas.
+        fixed("default.replication.factor", "1", ConfigType::Int),
+        fixed("offsets.topic.replication.factor", "1", ConfigType::Int),
+        fixed("offsets.topic.num.partitions", "1", ConfigType::Int),
+        fixed(
+            "transaction.state.log.replication.factor",
+            "1",
+            ConfigType::Int,
+        ),
+        fixed("log.retention.hours", "168", ConfigType::Int),
+        flag(
+            "log.retention.check.interval.ms",
+            cfg.tier_interval_ms.to_string(),
+            ConfigType::Long,
+        ),
+        flag(
+            "log.flush.interval.ms",
+            match cfg.fsync {
+                crate::config::FsyncPolicy::Always => "0".to_string(),
+                crate::config::FsyncPolicy::Interval => cfg.fsync_interval_ms.to_string(),
+                crate::config::FsyncPolicy::None => i64::MAX.to_string(),
+            },
+            ConfigType::Long,
+        ),
+        flag(
+            "socket.request.max.bytes",
+            cfg.max_request_bytes.to_string(),
+            ConfigType::Int,
+        ),
+        flag(
+            "group.initial.rebalance.delay.ms",
+            cfg.group_initial_rebalance_delay_ms.to_string(),
+            ConfigType::Int,
+        ),
+        flag(
+            "group.min.session.timeout.ms",
+            cfg.group_min_session_timeout_ms.to_string(),
+            ConfigType::Int,
+        ),
+        flag(
+            "group.max.session.timeout.ms",
+            cfg.group_max_session_timeout_ms.to_string(),
+            ConfigType::Int,
+        ),
+        fixed(
+            "group.coordinator.rebalance.protocols",
+            "classic",
+            ConfigType::List,
+        ),
+        flag(
+            "offsets.retention.minutes",
+            cfg.offsets_retention_minutes.to_string(),
+            ConfigType::Int,
+        ),
+        flag(
+            "offsets.retention.check.interval.ms",
+            cfg.offsets_retention_check_interval_ms.to_string(),
+            ConfigType::Long,
+        ),
+        flag(
+            "offsets.topic.segment.bytes",
+            cfg.offsets_topic_segment_bytes.to_string(),
+            ConfigType::Int,
+        ),
+        fixed("offset.metadata.max.bytes", "4096", ConfigType::Int),
+        fixed(
+            "remote.log.storage.system.enable",
+            "true",
+            ConfigType::Boolean,
+        ),
+        fixed(
+            "max.incremental.fetch.session.cache.slots",
+            &super::fetch_session::CACHE_SLOTS.to_string(),
+            ConfigType::Int,
+        ),
     ];
     entries.extend(TOPIC_CONFIGS.iter().filter_map(|d| {
         let name = d.broker?;

@@ -22,8 +22,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
-    configs, fetch, groups, leader_hints, metadata, offsets, produce, producer_id, topics,
-    versions, Broker, Reply,
+    configs, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions, produce,
+    producer_id, quorum, topics, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -77,22 +77,22 @@ macro_rules! api {
 /// In the order ApiVersions lists them.
 #[rustfmt::skip]
 pub const APIS: &[Api] = &[
-    api!(ProduceRequest, 3..=11, later_or_silent(|b, r, cx| leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version))),
-    api!(FetchRequest, 4..=16, later(|b, r, cx| leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version))),
-    api!(ListOffsetsRequest, 1..=8, later(|b, r, cx| offsets::list_offsets(b.clone(), r, cx.version))),
-    api!(MetadataRequest, 0..=12, ready(|b, r, cx| metadata::metadata(b, r, cx.version))),
+    api!(ProduceRequest, 3..=12, later_or_silent(|b, r, cx| leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version))),
+    api!(FetchRequest, 4..=17, later(|b, r, cx| leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version))),
+    api!(ListOffsetsRequest, 1..=10, later(|b, r, cx| offsets::list_offsets(b.clone(), r, cx.version))),
+    api!(MetadataRequest, 0..=13, ready(|b, r, cx| metadata::metadata(b, r, cx.version))),
     api!(ApiVersionsRequest, 0..=4, ready(|_, _, _| versions::response())),
     api!(CreateTopicsRequest, 2..=7, later(|b, r, cx| topics::create_topics(b.clone(), r, cx.version))),
     api!(DeleteTopicsRequest, 1..=6, later(|b, r, cx| topics::delete_topics(b.clone(), r, cx.version))),
     api!(DeleteRecordsRequest, 0..=2, ready(|b, r, _| offsets::delete_records(b, r))),
-    api!(InitProducerIdRequest, 0..=4, later(|b, r, _| producer_id::init_producer_id(b.clone(), r))),
+    api!(InitProducerIdRequest, 0..=5, later(|b, r, _| producer_id::init_producer_id(b.clone(), r))),
     api!(OffsetForLeaderEpochRequest, 2..=4, ready(|b, r, _| offsets::offset_for_leader_epoch(b, r))),
     api!(DescribeConfigsRequest, 1..=4, ready(|b, r, cx| configs::describe_configs(b, r, cx.version))),
     api!(AlterConfigsRequest, 0..=2, later(|b, r, _| configs::alter_configs(b.clone(), r))),
     api!(CreatePartitionsRequest, 0..=3, later(|b, r, _| topics::create_partitions(b.clone(), r))),
     api!(IncrementalAlterConfigsRequest, 0..=1, later(|b, r, _| configs::incremental_alter_configs(b.clone(), r))),
     api!(DescribeClusterRequest, 0..=1, ready(|b, r, cx| metadata::describe_cluster(b, r, cx.version))),
-    api!(FindCoordinatorRequest, 0..=4, ready(|b, r, cx| groups::find_coordinator(b, r, cx.version))),
+    api!(FindCoordinatorRequest, 0..=6, ready(|b, r, cx| groups::find_coordinator(b, r, cx.version))),
     api!(JoinGroupRequest, 0..=9, later(|b, r, cx| groups::join_group(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(SyncGroupRequest, 0..=5, later(|b, r, cx| groups::sync_group(b.clone(), r, cx.version))),
     api!(HeartbeatRequest, 0..=4, ready(|b, r, _| groups::heartbeat(b, r))),
@@ -103,6 +103,12 @@ pub const APIS: &[Api] = &[
     api!(DescribeGroupsRequest, 0..=5, ready(|b, r, cx| groups::describe_groups(b, r, cx.version))),
     api!(DeleteGroupsRequest, 0..=2, ready(|b, r, _| groups::delete_groups(b, r))),
     api!(OffsetDeleteRequest, 0..=0, ready(|b, r, _| groups::offset_delete(b, r))),
+    api!(DescribeLogDirsRequest, 1..=4, ready(|b, r, _| log_dirs::describe_log_dirs(b, r))),
+    api!(ElectLeadersRequest, 0..=2, ready(|b, r, _| partitions::elect_leaders(b, r))),
+    api!(AlterPartitionReassignmentsRequest, 0..=1, ready(|b, r, _| partitions::alter_partition_reassignments(b, r))),
+    api!(ListPartitionReassignmentsRequest, 0..=0, ready(|b, r, _| partitions::list_partition_reassignments(b, r))),
+    api!(DescribeQuorumRequest, 0..=2, ready(|b, r, cx| quorum::describe_quorum(b, r, cx.version))),
+    api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, _| partitions::describe_topic_partitions(b, r))),
 ];
 
 /// The entry serving `key` at `version`, if any.

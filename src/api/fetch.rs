@@ -1,9 +1,11 @@
 //! Fetch: serve stored batches as they are, long-polling until `min_bytes`
 //! arrive or `max_wait_ms` passes.
 //!
-//! Fetch sessions (KIP-227) are not kept: every response carries session id 0,
-//! which tells clients to send full fetch requests.
+//! Which partitions a request reads, and which of them its response lists,
+//! is the fetch session's business (`fetch_session`, KIP-227); this module
+//! reads them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,72 +13,94 @@ use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use super::error::log_error_code;
+use super::fetch_session::{Answered, PartitionKey, Plan, Position, TopicRef};
 use super::Broker;
 use crate::catalog::Topic;
 use crate::log::Partition;
 
-/// The partitions of a request, resolved once.
+/// The partitions of one topic to read, resolved once.
 struct Wanted {
-    topic_name: TopicName,
-    topic_id: Uuid,
+    topic: TopicRef,
     partitions: Vec<WantedPartition>,
 }
 
 struct WantedPartition {
     index: i32,
-    offset: i64,
-    max_bytes: i32,
+    position: Position,
     /// The partition, or the error code to answer with.
     partition: Result<Arc<Partition>, i16>,
 }
 
+/// What becomes of the response's session.
+enum Session {
+    None,
+    /// Offer a new session holding what was read.
+    Create,
+    /// Answer only the partitions of this session that changed.
+    Incremental(i32),
+}
+
 pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
-    if req.session_id != 0 {
-        return FetchResponse::default()
-            .with_error_code(ResponseError::FetchSessionIdNotFound.code());
-    }
-    let wanted: Vec<Wanted> = req
+    let topic_ref = |name: &TopicName, id: uuid::Uuid| {
+        if version >= 13 {
+            TopicRef::Id(id)
+        } else {
+            TopicRef::Name(name.0.as_str().into())
+        }
+    };
+    let requested = req
         .topics
-        .into_iter()
-        .map(|ft| {
-            let topic: Result<Arc<Topic>, i16> = if version >= 13 {
-                broker
-                    .catalog
-                    .topic_by_id(ft.topic_id)
-                    .ok_or(ResponseError::UnknownTopicId.code())
-            } else {
-                broker
-                    .catalog
-                    .topic(ft.topic.0.as_str())
-                    .ok_or(ResponseError::UnknownTopicOrPartition.code())
-            };
-            let partitions = ft
-                .partitions
-                .into_iter()
-                .map(|fp| {
-                    let p = match &topic {
-                        Ok(t) => broker.served_partition(t, fp.partition, fp.current_leader_epoch),
-                        Err(code) => Err(*code),
-                    };
-                    WantedPartition {
-                        index: fp.partition,
-                        offset: fp.fetch_offset,
-                        max_bytes: fp.partition_max_bytes,
-                        partition: p,
-                    }
-                })
-                .collect();
-            Wanted {
-                topic_name: ft.topic,
-                topic_id: ft.topic_id,
-                partitions,
-            }
+        .iter()
+        .flat_map(|ft| {
+            let topic = topic_ref(&ft.topic, ft.topic_id);
+            ft.partitions.iter().map(move |fp| {
+                let key = PartitionKey {
+                    topic: topic.clone(),
+                    partition: fp.partition,
+                };
+                let position = Position {
+                    fetch_offset: fp.fetch_offset,
+                    max_bytes: fp.partition_max_bytes,
+                    current_leader_epoch: fp.current_leader_epoch,
+                };
+                (key, position)
+            })
         })
         .collect();
+    let forgotten = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|ft| {
+            let topic = topic_ref(&ft.topic, ft.topic_id);
+            ft.partitions.iter().map(move |&partition| PartitionKey {
+                topic: topic.clone(),
+                partition,
+            })
+        })
+        .collect();
+    let now_ms = broker.clock.now_ms();
+    let plan = broker.fetch_sessions.plan(
+        version,
+        req.session_id,
+        req.session_epoch,
+        requested,
+        forgotten,
+        now_ms,
+    );
+    let (partitions, session) = match plan {
+        Plan::Error(code) => return FetchResponse::default().with_error_code(code),
+        Plan::Sessionless(p) => (p, Session::None),
+        Plan::Full(p) => (p, Session::Create),
+        Plan::Incremental {
+            session_id,
+            partitions,
+        } => (partitions, Session::Incremental(session_id)),
+    };
+    let wanted = resolve(&broker, partitions);
 
     let deadline = broker.clock.now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -85,7 +109,7 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
     } else {
         req.max_bytes as usize
     };
-    loop {
+    let topics = loop {
         // Subscribe before reading so an append between the read and the wait is not missed.
         let mut watches: Vec<watch::Receiver<i64>> = wanted
             .iter()
@@ -95,17 +119,100 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
                     .filter_map(|wp| wp.partition.as_ref().ok().map(|p| p.subscribe()))
             })
             .collect();
-        let (topics, bytes, errors) = read_all(&wanted, max_bytes, version).await;
+        let (topics, bytes, errors) = read_all(&wanted, max_bytes).await;
         let now = broker.clock.now();
         if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
-            return FetchResponse::default().with_responses(topics);
+            break topics;
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
-            let (topics, _, _) = read_all(&wanted, max_bytes, version).await;
-            return FetchResponse::default().with_responses(topics);
+            break read_all(&wanted, max_bytes).await.0;
         }
+    };
+    answer(&broker, session, &wanted, topics, version)
+}
+
+/// Looks up each partition once, grouping them by topic in request order.
+fn resolve(broker: &Broker, partitions: Vec<(PartitionKey, Position)>) -> Vec<Wanted> {
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let mut by_topic: HashMap<TopicRef, (usize, Result<Arc<Topic>, i16>)> = HashMap::new();
+    for (key, position) in partitions {
+        let (slot, topic) = by_topic.entry(key.topic.clone()).or_insert_with(|| {
+            let topic = match &key.topic {
+                TopicRef::Id(id) => broker
+                    .catalog
+                    .topic_by_id(*id)
+                    .ok_or(ResponseError::UnknownTopicId.code()),
+                TopicRef::Name(name) => broker
+                    .catalog
+                    .topic(name)
+                    .ok_or(ResponseError::UnknownTopicOrPartition.code()),
+            };
+            wanted.push(Wanted {
+                topic: key.topic.clone(),
+                partitions: Vec::new(),
+            });
+            (wanted.len() - 1, topic)
+        });
+        let partition = match topic {
+            Ok(t) => broker.served_partition(t, key.partition, position.current_leader_epoch),
+            Err(code) => Err(*code),
+        };
+        wanted[*slot].partitions.push(WantedPartition {
+            index: key.partition,
+            position,
+            partition,
+        });
     }
+    wanted
+}
+
+/// The response: everything read, or for an incremental session only what
+/// changed; a full request's response offers a new session.
+fn answer(
+    broker: &Broker,
+    session: Session,
+    wanted: &[Wanted],
+    mut topics: Vec<FetchableTopicResponse>,
+    version: i16,
+) -> FetchResponse {
+    let answered = || {
+        wanted.iter().zip(&topics).flat_map(|(w, t)| {
+            w.partitions.iter().zip(&t.partitions).map(|(wp, pd)| {
+                let key = PartitionKey {
+                    topic: w.topic.clone(),
+                    partition: wp.index,
+                };
+                let a = Answered {
+                    high_watermark: pd.high_watermark,
+                    log_start_offset: pd.log_start_offset,
+                    last_stable_offset: pd.last_stable_offset,
+                    has_records: pd.records.as_ref().is_some_and(|r| !r.is_empty()),
+                    error_code: pd.error_code,
+                };
+                (key, wp.position, a)
+            })
+        })
+    };
+    let now_ms = broker.clock.now_ms();
+    let session_id = match session {
+        Session::None => 0,
+        Session::Create => broker
+            .fetch_sessions
+            .create(version, answered().collect(), now_ms),
+        Session::Incremental(id) => {
+            let list: Vec<_> = answered().map(|(k, _, a)| (k, a)).collect();
+            let mut keep = broker.fetch_sessions.select(id, &list).into_iter();
+            for t in &mut topics {
+                t.partitions.retain(|_| keep.next().unwrap_or(true));
+            }
+            topics.retain(|t| !t.partitions.is_empty());
+            id
+        }
+    };
+    FetchResponse::default()
+        .with_session_id(session_id)
+        .with_responses(topics)
 }
 
 /// One pass over every requested partition. Returns the topics, the bytes of
@@ -114,7 +221,6 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
 async fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
-    version: i16,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut total = 0usize;
     let mut any_error = false;
@@ -126,10 +232,10 @@ async fn read_all(
             let result = match wp.partition.as_ref() {
                 Err(c) => Err(*c),
                 Ok(p) => {
-                    let budget =
-                        (wp.max_bytes.max(0) as usize).min(max_bytes.saturating_sub(total));
+                    let budget = (wp.position.max_bytes.max(0) as usize)
+                        .min(max_bytes.saturating_sub(total));
                     // KIP-74: the first batch of the response is returned whole, whatever its size.
-                    p.fetch(wp.offset, budget, total == 0)
+                    p.fetch(wp.position.fetch_offset, budget, total == 0)
                         .await
                         .map_err(|e| log_error_code(&e))
                 }
@@ -154,10 +260,11 @@ async fn read_all(
             });
         }
         let resp = FetchableTopicResponse::default().with_partitions(partitions);
-        topics.push(if version >= 13 {
-            resp.with_topic_id(w.topic_id)
-        } else {
-            resp.with_topic(w.topic_name.clone())
+        topics.push(match &w.topic {
+            TopicRef::Id(id) => resp.with_topic_id(*id),
+            TopicRef::Name(name) => {
+                resp.with_topic(TopicName(StrBytes::from_string(name.to_string())))
+            }
         });
     }
     (topics, total, any_error)

@@ -12,12 +12,16 @@ mod configs;
 mod dispatch;
 mod error;
 mod fetch;
+mod fetch_session;
 mod groups;
 mod leader_hints;
+mod log_dirs;
 mod metadata;
 mod offsets;
+mod partitions;
 mod produce;
 mod producer_id;
+mod quorum;
 mod topics;
 mod versions;
 
@@ -68,6 +72,10 @@ pub struct Broker {
     pub clock: SharedClock,
     /// Cluster mode: the brokers, the leaders, and what this one serves.
     pub cluster: Option<Arc<ClusterNode>>,
+    /// The settings it runs with, which broker DescribeConfigs reports.
+    pub config: BrokerConfig,
+    /// KIP-227 fetch sessions of this broker's consumers.
+    pub(crate) fetch_sessions: fetch_session::FetchSessions,
 }
 
 /// Whether this broker answers for a partition.
@@ -137,6 +145,11 @@ impl Broker {
             null_sink: config.null_sink,
             clock,
             cluster,
+            config: config.clone(),
+            fetch_sessions: fetch_session::FetchSessions::new(
+                fetch_session::CACHE_SLOTS,
+                crate::clock::os_random(),
+            ),
         }
     }
 

@@ -1,5 +1,5 @@
-//! ListOffsets (earliest, latest, max timestamp, by timestamp),
-//! OffsetForLeaderEpoch and DeleteRecords.
+//! ListOffsets (earliest, earliest local, latest, latest tiered, max
+//! timestamp, by timestamp), OffsetForLeaderEpoch and DeleteRecords.
 
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
 
 /// Async because timestamp lookups may read tiered segments from the store.
 pub async fn list_offsets(
@@ -51,8 +52,8 @@ pub async fn list_offsets(
                     continue;
                 }
             };
-            if p.timestamp < EARLIEST_LOCAL {
-                // -5 (latest tiered) and beyond belong to versions not advertised.
+            if p.timestamp < LATEST_TIERED || (p.timestamp == LATEST_TIERED && version < 9) {
+                // Specs below -5, and -5 before v9, are not defined.
                 partitions.push(resp.with_error_code(ResponseError::InvalidRequest.code()));
                 continue;
             }
@@ -83,7 +84,13 @@ async fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, 
     match spec {
         LATEST => Ok(Some((partition.end_offset(), -1))),
         // The log start offset already counts tiered segments and DeleteRecords.
-        EARLIEST | EARLIEST_LOCAL => Ok(Some((partition.log_start_offset(), -1))),
+        EARLIEST => Ok(Some((partition.log_start_offset(), -1))),
+        EARLIEST_LOCAL => Ok(Some((partition.local_start_offset(), -1))),
+        // The last offset in the object store, -1 while nothing is there (as Kafka).
+        LATEST_TIERED => Ok(Some((
+            partition.tiered_end_offset().map_or(-1, |end| end - 1),
+            -1,
+        ))),
         MAX_TIMESTAMP => partition.find_max_timestamp().await,
         ts if ts >= 0 => partition.find_offset_for_timestamp(ts).await,
         other => Err(LogError::InvalidRecord(format!(

@@ -835,6 +835,23 @@ impl Partition {
         Ok(true)
     }
 
+    /// One past the last offset held in the object store, if any is.
+    pub fn tiered_end_offset(&self) -> Option<i64> {
+        self.remote.get().and_then(|r| r.end_offset())
+    }
+
+    /// Bytes of this partition held in the object store.
+    pub fn tiered_bytes(&self) -> u64 {
+        self.remote.get().map_or(0, |r| r.size_bytes())
+    }
+
+    /// The first offset still on local disk (Kafka's local log start offset).
+    pub fn local_start_offset(&self) -> i64 {
+        let st = self.state.lock();
+        let first_local = st.segments.keys().next().copied().unwrap_or(i64::MAX);
+        first_local.max(st.log_start_offset).min(st.end_offset())
+    }
+
     /// (base offset, size) of every local segment, the active one last.
     pub fn local_segment_sizes(&self) -> Vec<(i64, u64)> {
         self.state
@@ -1110,6 +1127,10 @@ mod tests {
         ) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
             Box::pin(async move { Ok((ts <= 1003).then_some((3, 1003))) })
         }
+        fn size_bytes(&self) -> u64 {
+            0
+        }
+
         fn max_timestamp(&self, _: i64) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
             Box::pin(async { Ok(Some((5, 5000))) })
         }

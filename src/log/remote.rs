@@ -45,6 +45,9 @@ pub trait RemoteLog: Send + Sync {
     /// One past the last offset held remotely; `None` when nothing is.
     fn end_offset(&self) -> Option<i64>;
 
+    /// Bytes of the segments held remotely.
+    fn size_bytes(&self) -> u64;
+
     /// Whole batches from the remote segment holding `offset` (or the next
     /// one), at most `max_bytes` unless `min_one` asks for the first batch
     /// whatever its size. Empty when no remote segment reaches `offset`.

@@ -239,6 +239,10 @@ impl RemoteLog for TieredPartition {
         self.manifest.read().end_offset()
     }
 
+    fn size_bytes(&self) -> u64 {
+        self.manifest.read().segments.iter().map(|s| s.size).sum()
+    }
+
     fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> RemoteFuture<'_, Bytes> {
         Box::pin(async move {
             self.read_impl(offset, max_bytes, min_one)

@@ -1,0 +1,127 @@
+//! DescribeLogDirs: where this broker keeps each partition it serves, and
+//! how many bytes.
+//!
+//! Kafka answers with its log directories. Here a partition's data lives in
+//! two places, so the answer has two entries: the data directory, with each
+//! partition's local segments (the active one and sealed ones not yet
+//! released) and the disk's total and usable bytes; and the object store,
+//! named by its URL, with each partition's tiered segments (its total and
+//! usable bytes are unknown: -1). Tools that sum a broker's log dirs (`kafka-log-dirs.sh`,
+//! rebalancers) thus see both, and can tell them apart by name.
+
+use std::path::Path;
+
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{Broker, Route};
+use crate::catalog::Topic;
+
+pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+    // (topic, partitions asked for; None = all)
+    let wanted: Vec<(std::sync::Arc<Topic>, Option<Vec<i32>>)> = match req.topics {
+        None => broker
+            .catalog
+            .topics()
+            .into_iter()
+            .map(|t| (t, None))
+            .collect(),
+        Some(list) => list
+            .into_iter()
+            .filter_map(|t| {
+                let topic = broker.catalog.topic(t.topic.0.as_str())?;
+                Some((topic, Some(t.partitions)))
+            })
+            .collect(),
+    };
+    let mut local = Vec::new();
+    let mut tiered = Vec::new();
+    for (topic, asked) in wanted {
+        let indexes: Vec<i32> =
+            asked.unwrap_or_else(|| (0..topic.partition_count() as i32).collect());
+        let mut local_parts = Vec::new();
+        let mut tiered_parts = Vec::new();
+        for index in indexes {
+            // Like Kafka, only the partitions this broker hosts.
+            if broker.route(topic.id(), index) == Route::Elsewhere {
+                continue;
+            }
+            let Some(partition) = topic.partition(index) else {
+                continue;
+            };
+            let local_bytes: u64 = partition.local_segment_sizes().iter().map(|(_, s)| s).sum();
+            local_parts.push(entry(index, local_bytes));
+            tiered_parts.push(entry(index, partition.tiered_bytes()));
+        }
+        let name = TopicName(StrBytes::from_string(topic.name().to_string()));
+        if !local_parts.is_empty() {
+            local.push(
+                DescribeLogDirsTopic::default()
+                    .with_name(name.clone())
+                    .with_partitions(local_parts),
+            );
+            tiered.push(
+                DescribeLogDirsTopic::default()
+                    .with_name(name)
+                    .with_partitions(tiered_parts),
+            );
+        }
+    }
+    let data_dir = &broker.config.data_dir;
+    let (total, usable) = disk_space(data_dir).unwrap_or((-1, -1));
+    let store = broker
+        .config
+        .object_store
+        .store
+        .clone()
+        .unwrap_or_else(|| crate::manifest::store::default_url(data_dir));
+    let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.clone());
+    DescribeLogDirsResponse::default().with_results(vec![
+        DescribeLogDirsResult::default()
+            .with_log_dir(StrBytes::from_string(data_dir.display().to_string()))
+            .with_topics(local)
+            .with_total_bytes(total)
+            .with_usable_bytes(usable),
+        DescribeLogDirsResult::default()
+            .with_log_dir(StrBytes::from_string(store))
+            .with_topics(tiered)
+            .with_total_bytes(-1)
+            .with_usable_bytes(-1),
+    ])
+}
+
+fn entry(index: i32, bytes: u64) -> DescribeLogDirsPartition {
+    DescribeLogDirsPartition::default()
+        .with_partition_index(index)
+        .with_partition_size(bytes as i64)
+        .with_offset_lag(0)
+        .with_is_future_key(false)
+}
+
+/// (total, usable) bytes of the file system holding `dir`.
+fn disk_space(dir: &Path) -> Option<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `st` a valid out pointer.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let block = st.f_frsize as i64;
+    Some((st.f_blocks as i64 * block, st.f_bavail as i64 * block))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_space_of_an_existing_directory_is_known() {
+        let (total, usable) = disk_space(Path::new("/")).unwrap();
+        assert!(total > 0 && usable >= 0 && usable <= total);
+        assert!(disk_space(Path::new("/no/such/dir")).is_none());
+    }
+}

@@ -1,0 +1,99 @@
+//! DescribeQuorum: Kafka's KRaft quorum, as far as it has a counterpart.
+//!
+//! Kafka keeps its metadata in the `__cluster_metadata` log, replicated by a
+//! Raft quorum of controllers. Alone, this broker is its own controller and
+//! keeps metadata in its data directory: the quorum is one voter, itself,
+//! with no log to report (offsets and times are -1, Kafka's "unknown"). In
+//! cluster mode the metadata lives in etcd and one broker is elected
+//! controller: it is the one voter and the leader, the other live brokers
+//! are observers, the controller's etcd fencing token is the leader epoch,
+//! and etcd's revision plays the metadata log's end offset.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_quorum_response::{
+    Listener, Node, PartitionData, ReplicaState, TopicData,
+};
+use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::metadata::brokers;
+use super::Broker;
+
+const METADATA_TOPIC: &str = "__cluster_metadata";
+
+pub fn describe_quorum(
+    broker: &Broker,
+    req: DescribeQuorumRequest,
+    version: i16,
+) -> DescribeQuorumResponse {
+    // (leader, epoch, high watermark), and the observers.
+    let (leader, epoch, high_watermark) = match &broker.cluster {
+        None => (Some(broker.node_id), 0, -1),
+        Some(c) => {
+            let state = c.view().state();
+            let epoch = state.controller_token.clamp(0, i32::MAX as i64) as i32;
+            (state.controller, epoch, state.revision)
+        }
+    };
+    let live = brokers(broker);
+    let replica = |id: i32| {
+        ReplicaState::default()
+            .with_replica_id(BrokerId(id))
+            .with_log_end_offset(high_watermark)
+            .with_last_fetch_timestamp(-1)
+            .with_last_caught_up_timestamp(-1)
+    };
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let is_metadata = t.topic_name.0.as_str() == METADATA_TOPIC;
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let d = PartitionData::default().with_partition_index(p.partition_index);
+                    if !is_metadata || p.partition_index != 0 {
+                        return d.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    }
+                    let Some(leader) = leader else {
+                        return d
+                            .with_error_code(ResponseError::NotLeaderOrFollower.code())
+                            .with_leader_id(BrokerId(-1))
+                            .with_leader_epoch(-1);
+                    };
+                    d.with_leader_id(BrokerId(leader))
+                        .with_leader_epoch(epoch)
+                        .with_high_watermark(high_watermark)
+                        .with_current_voters(vec![replica(leader)])
+                        .with_observers(
+                            live.iter()
+                                .filter(|(id, _, _)| *id != leader)
+                                .map(|(id, _, _)| replica(*id))
+                                .collect(),
+                        )
+                })
+                .collect();
+            TopicData::default()
+                .with_topic_name(t.topic_name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let mut resp = DescribeQuorumResponse::default().with_topics(topics);
+    if version >= 2 {
+        resp = resp.with_nodes(
+            live.into_iter()
+                .filter(|(id, _, _)| Some(*id) == leader)
+                .map(|(id, host, port)| {
+                    Node::default()
+                        .with_node_id(BrokerId(id))
+                        .with_listeners(vec![Listener::default()
+                            .with_name(StrBytes::from_static_str("PLAINTEXT"))
+                            .with_host(StrBytes::from_string(host))
+                            .with_port(port as u16)])
+                })
+                .collect(),
+        );
+    }
+    resp
+}
