@@ -467,7 +467,7 @@ impl ConsumerGroup {
         }
         self.empty_since_ms = now_ms;
         self.refresh(changed_subscription, topics, cfg, records);
-        let owned = p.owned.as_ref().map(|o| from_records(o));
+        let owned = p.owned.as_ref().map(from_records);
         self.reconcile(&member_id, owned.as_ref(), now, records);
         let m = &self.members[&member_id];
         let full = p.member_epoch == 0
@@ -505,7 +505,7 @@ impl ConsumerGroup {
                     .get(&p.member_id)
                     .ok_or(CoordinatorError::UnknownMemberId)?,
             };
-            let owned = p.owned.as_ref().map(|o| from_records(o));
+            let owned = p.owned.as_ref().map(from_records);
             if p.member_epoch > m.epoch {
                 return Err(CoordinatorError::FencedMemberEpoch);
             }
