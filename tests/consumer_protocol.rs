@@ -249,6 +249,7 @@ async fn a_regex_subscription_picks_up_a_topic_created_later() {
     assert_eq!(seen, values(0..10));
 
     create_topic(&bs, "metrics-disk", 2).await;
+    poll_until(&[&m], "the new topic", || assigned(&m) == 3);
     produce(&bs, "metrics-disk", 10, 20).await;
     let mut later = BTreeSet::new();
     consume(&[&m], 20, &mut later);
