@@ -899,9 +899,17 @@ async fn load(store: &OffsetsStore, now: Instant) -> Result<HashMap<String, Grou
                 }
                 Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
             },
+            // The classic metadata is gone (deleted, expired, or the group
+            // moved to the consumer protocol); offsets have their own records.
             (RecordKey::Group { group }, None) => {
-                if groups.get(&group).is_some_and(|g| g.consumer.is_none()) {
-                    groups.remove(&group);
+                if let Some(g) = groups.get_mut(&group).filter(|g| g.consumer.is_none()) {
+                    if g.offsets.is_empty() {
+                        groups.remove(&group);
+                    } else {
+                        let mut fresh = Group::new(&group, g.state_since_ms);
+                        fresh.offsets = std::mem::take(&mut g.offsets);
+                        *g = fresh;
+                    }
                 }
             }
             (key, value) => restore_consumer(&mut groups, key, value, now),
@@ -1099,6 +1107,129 @@ mod tests {
     fn committed(c: &GroupCoordinator) -> Option<i64> {
         let fetched = c.fetch_offsets("g", Some(vec![("t".to_string(), vec![0])]));
         fetched[0].1[0].1.as_ref().map(|v| v.offset)
+    }
+
+    #[tokio::test]
+    async fn a_classic_groups_offsets_stay_when_it_moves_to_the_consumer_protocol_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let c = coordinator(dir.path(), clock.clone(), Duration::from_secs(3600)).await;
+        let id = classic_member_with_commit(&c, 5).await;
+        c.leave("g", &[(id, None)]).unwrap();
+        // A consumer-protocol member takes the empty classic group over.
+        let joined = c
+            .consumer_heartbeat(
+                "g",
+                HeartbeatParams {
+                    member_id: "m1".into(),
+                    member_epoch: 0,
+                    rebalance_timeout_ms: 10_000,
+                    subscribed_topic_names: Some(vec!["t".into()]),
+                    owned: Some(vec![]),
+                    ..Default::default()
+                },
+                1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(joined.member_epoch, 1);
+        assert_eq!(committed(&c), Some(5));
+        // After a restart (replay of __consumer_offsets) it is still a
+        // consumer group with its member, and the offset is still there.
+        drop(c);
+        let c = reopen(dir.path(), clock.clone()).await;
+        assert_eq!(committed(&c), Some(5));
+        let d = c.consumer_describe("g").unwrap();
+        assert_eq!((d.epoch, d.members.len(), d.members[0].epoch), (1, 1, 1));
+        assert_eq!(c.list()[0].group_type, "consumer");
+        // The member commits with its epoch; an older epoch is stale.
+        let commit = |generation: i32| Committer {
+            member_id: "m1".into(),
+            instance_id: None,
+            generation,
+            version: 9,
+        };
+        let offset = |o: i64| OffsetCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: o,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &commit(1), vec![offset(7)]).await.unwrap();
+        assert_eq!(committed(&c), Some(7));
+        assert_eq!(
+            c.commit("g", &commit(0), vec![offset(8)]).await.err(),
+            Some(CoordinatorError::StaleMemberEpoch)
+        );
+    }
+
+    /// A coordinator over an existing data directory.
+    async fn reopen(dir: &std::path::Path, clock: Arc<ManualClock>) -> GroupCoordinator {
+        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let config = CoordinatorConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_secs(1),
+            max_session_timeout: Duration::from_secs(300),
+            offsets_retention: Duration::from_secs(3600),
+            max_metadata_bytes: 4096,
+            offsets_topic_segment_bytes: 1 << 20,
+            wait_for_fsync: false,
+            consumer: Default::default(),
+        };
+        let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
+        let random = Arc::new(SeededRandom::new(2));
+        GroupCoordinator::open(catalog, store, config, clock, random)
+            .await
+            .unwrap()
+    }
+
+    /// A classic member of "g" that committed `offset` for t-0.
+    async fn classic_member_with_commit(c: &GroupCoordinator, offset: i64) -> String {
+        let joined = c
+            .join(
+                "g",
+                JoinParams {
+                    member_id: String::new(),
+                    instance_id: None,
+                    client_id: "client".to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".to_string(),
+                    protocols: vec![("range".to_string(), Bytes::new())],
+                    require_known_member_id: false,
+                },
+            )
+            .await
+            .unwrap();
+        let id = joined.member_id;
+        c.sync(
+            "g",
+            &id,
+            None,
+            1,
+            None,
+            None,
+            vec![(id.clone(), Bytes::new())],
+        )
+        .await
+        .unwrap();
+        let who = Committer {
+            member_id: id.clone(),
+            instance_id: None,
+            generation: 1,
+            version: 8,
+        };
+        let o = OffsetCommit {
+            topic: "t".to_string(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &who, vec![o]).await.unwrap();
+        id
     }
 
     #[tokio::test]
