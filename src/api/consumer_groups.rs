@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::groups::error_code;
 use super::Broker;
 use crate::coordinator::consumer::HeartbeatParams;
-use crate::coordinator::NamedAssignment;
+use crate::coordinator::{CoordinatorError, NamedAssignment};
 
 /// Kafka's "authorized operations not requested".
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
@@ -105,13 +105,18 @@ pub fn consumer_group_describe(
                 .with_group_id(id.clone())
                 .with_authorized_operations(OPERATIONS_NOT_REQUESTED);
             match broker.coordinator.consumer_describe(id.as_str()) {
-                Err(e) => group
-                    .with_error_code(error_code(&e))
-                    .with_error_message(Some(s(&format!(
-                        "Group {} is not a consumer group.",
-                        id.as_str()
-                    ))))
-                    .with_group_state(StrBytes::from_static_str("Dead")),
+                Err(e) => {
+                    let message = match &e {
+                        CoordinatorError::GroupIdNotFound => {
+                            format!("Group {} is not a consumer group.", id.as_str())
+                        }
+                        other => other.to_string(),
+                    };
+                    group
+                        .with_error_code(error_code(&e))
+                        .with_error_message(Some(s(&message)))
+                        .with_group_state(StrBytes::from_static_str("Dead"))
+                }
                 Ok(d) => group
                     .with_group_state(StrBytes::from_static_str(d.state))
                     .with_group_epoch(d.epoch)
