@@ -110,6 +110,41 @@ pub struct BrokerConfig {
     )]
     pub group_max_session_timeout_ms: u64,
 
+    /// How often consumer-protocol members heartbeat (group.consumer.heartbeat.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5000
+    )]
+    pub group_consumer_heartbeat_interval_ms: u64,
+
+    /// Consumer-protocol members not heard from for this long are removed
+    /// (group.consumer.session.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_CONSUMER_SESSION_TIMEOUT_MS",
+        default_value_t = 45000
+    )]
+    pub group_consumer_session_timeout_ms: u64,
+
+    /// Server-side assignors offered to consumer-protocol groups, the first
+    /// being the default (group.consumer.assignors): uniform, range.
+    #[arg(
+        long,
+        env = "STRATA_GROUP_CONSUMER_ASSIGNORS",
+        default_value = "uniform,range",
+        value_parser = parse_assignors
+    )]
+    pub group_consumer_assignors: Assignors,
+
+    /// Most members a consumer-protocol group may have (group.consumer.max.size).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_CONSUMER_MAX_SIZE",
+        default_value_t = i32::MAX as u64
+    )]
+    pub group_consumer_max_size: u64,
+
     /// How long committed offsets of an empty group are kept (offsets.retention.minutes).
     #[arg(
         long,
@@ -249,10 +284,41 @@ impl BrokerConfig {
             max_metadata_bytes: 4096,
             offsets_topic_segment_bytes: self.offsets_topic_segment_bytes,
             wait_for_fsync: self.fsync == FsyncPolicy::Always || self.cluster.is_some(),
+            consumer: crate::coordinator::consumer::ConsumerGroupConfig {
+                heartbeat_interval: Duration::from_millis(
+                    self.group_consumer_heartbeat_interval_ms,
+                ),
+                session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
+                assignors: self.group_consumer_assignors.0.clone(),
+                max_size: self.group_consumer_max_size as usize,
+            },
         }
     }
 
     pub fn fsync_interval(&self) -> Duration {
         Duration::from_millis(self.fsync_interval_ms.max(1))
     }
+}
+
+/// The server assignors named by `--group-consumer-assignors`.
+#[derive(Debug, Clone)]
+pub struct Assignors(pub Vec<String>);
+
+/// Accepts the short names and Kafka's class names of its two assignors.
+fn parse_assignors(value: &str) -> Result<Assignors, String> {
+    let mut out = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let short = match name {
+            "uniform" | "org.apache.kafka.coordinator.group.assignor.UniformAssignor" => "uniform",
+            "range" | "org.apache.kafka.coordinator.group.assignor.RangeAssignor" => "range",
+            other => return Err(format!("unknown assignor {other} (known: uniform, range)")),
+        };
+        if !out.iter().any(|n| n == short) {
+            out.push(short.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err("at least one assignor is needed".to_string());
+    }
+    Ok(Assignors(out))
 }

@@ -21,7 +21,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the broker.
-    Serve(BrokerConfig),
+    Serve(Box<BrokerConfig>),
     /// Run a standalone compaction worker: it takes jobs from the brokers'
     /// `__strata_compaction` topic as a consumer group member and merges
     /// segments in the object store directly.
@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(config) => {
             init_logging(&config.log_level);
             runtime.block_on(async {
-                let server = strata::server::Server::start(config).await?;
+                let server = strata::server::Server::start(*config).await?;
                 tokio::select! {
                     r = server.wait() => r,
                     _ = shutdown_signal() => {

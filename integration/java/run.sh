@@ -20,6 +20,8 @@
 #                       every assignor, static membership, fencing errors, and committed offsets across
 #                       kill -9 restarts of a private broker started with the default group settings
 #   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
+#   ConsumerProtocolTest  group.protocol=consumer (KIP-848): hand-over on join/leave/SIGKILL of a member JVM,
+#                       regex (SubscriptionPattern) subscriptions, Admin and kafka-consumer-groups --describe
 #   TopicConfigsTest    every Kafka topic config via Admin (create, describe with synonyms, incremental alter),
 #                       KIP-467 per-record errors in the Java producer, recompressed batches read back
 #   OperatorApisTest    describeLogDirs + kafka-log-dirs, describeTopics paged by DescribeTopicPartitions,
@@ -29,7 +31,7 @@
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
-# timeout) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).
+# timeout, consumer-protocol heartbeats every 500 ms and 3 s sessions) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).
 # GroupsTest#committedOffsetsSurviveBrokerKill9 starts its own broker with Kafka's defaults.
 # Needs Java 17+ and Maven 3.8+ with access to Maven Central (first run downloads dependencies).
 set -euo pipefail
@@ -51,7 +53,7 @@ if [ -n "${BOOTSTRAP:-}" ]; then
 else
   echo "== starting $STRATA_BIN"
   # shellcheck disable=SC2086
-  start_broker ${GROUP_ARGS---group-initial-rebalance-delay-ms 0 --group-min-session-timeout-ms 1000} ${STRATA_ARGS:-}
+  start_broker ${GROUP_ARGS---group-initial-rebalance-delay-ms 0 --group-min-session-timeout-ms 1000 --group-consumer-heartbeat-interval-ms 500 --group-consumer-session-timeout-ms 3000} ${STRATA_ARGS:-}
   export GROUP_SESSION_TIMEOUT_MS="${GROUP_SESSION_TIMEOUT_MS:-3000}"
   echo "== broker pid $BROKER_PID at $BOOTSTRAP, data in $BROKER_DATA"
 fi

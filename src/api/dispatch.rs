@@ -22,8 +22,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
-    configs, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions, produce,
-    producer_id, quorum, topics, versions, Broker, Reply,
+    configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets,
+    partitions, produce, producer_id, quorum, topics, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -97,8 +97,8 @@ pub const APIS: &[Api] = &[
     api!(SyncGroupRequest, 0..=5, later(|b, r, cx| groups::sync_group(b.clone(), r, cx.version))),
     api!(HeartbeatRequest, 0..=4, ready(|b, r, _| groups::heartbeat(b, r))),
     api!(LeaveGroupRequest, 0..=5, ready(|b, r, cx| groups::leave_group(b, r, cx.version))),
-    api!(OffsetCommitRequest, 2..=8, later(|b, r, _| groups::offset_commit(b.clone(), r))),
-    api!(OffsetFetchRequest, 1..=8, ready(|b, r, cx| groups::offset_fetch(b, r, cx.version))),
+    api!(OffsetCommitRequest, 2..=9, later(|b, r, cx| groups::offset_commit(b.clone(), r, cx.version))),
+    api!(OffsetFetchRequest, 1..=9, ready(|b, r, cx| groups::offset_fetch(b, r, cx.version))),
     api!(ListGroupsRequest, 0..=5, ready(|b, r, cx| groups::list_groups(b, r, cx.version))),
     api!(DescribeGroupsRequest, 0..=5, ready(|b, r, cx| groups::describe_groups(b, r, cx.version))),
     api!(DeleteGroupsRequest, 0..=2, ready(|b, r, _| groups::delete_groups(b, r))),
@@ -109,6 +109,8 @@ pub const APIS: &[Api] = &[
     api!(ListPartitionReassignmentsRequest, 0..=0, ready(|b, r, _| partitions::list_partition_reassignments(b, r))),
     api!(DescribeQuorumRequest, 0..=2, ready(|b, r, cx| quorum::describe_quorum(b, r, cx.version))),
     api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, _| partitions::describe_topic_partitions(b, r))),
+    api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| consumer_groups::consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
+    api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| consumer_groups::consumer_group_describe(b, r, cx.version))),
 ];
 
 /// The entry serving `key` at `version`, if any.

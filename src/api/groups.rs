@@ -50,6 +50,14 @@ pub fn error_code(e: &CoordinatorError) -> i16 {
         CoordinatorError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         CoordinatorError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         CoordinatorError::NotCoordinator => ResponseError::NotCoordinator,
+        CoordinatorError::InvalidRequest(_) => ResponseError::InvalidRequest,
+        CoordinatorError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        CoordinatorError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+        CoordinatorError::UnreleasedInstanceId(_) => ResponseError::UnreleasedInstanceId,
+        CoordinatorError::GroupMaxSizeReached(_) => ResponseError::GroupMaxSizeReached,
+        CoordinatorError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
+        CoordinatorError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
+        CoordinatorError::UnsupportedVersion(_) => ResponseError::UnsupportedVersion,
     }
     .code()
 }
@@ -269,11 +277,16 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     }
 }
 
-pub async fn offset_commit(broker: Arc<Broker>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn offset_commit(
+    broker: Arc<Broker>,
+    req: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
     let who = Committer {
         member_id: req.member_id.to_string(),
         instance_id: opt(&req.group_instance_id),
         generation: req.generation_id_or_member_epoch,
+        version,
     };
     let offsets: Vec<OffsetCommit> = req
         .topics
@@ -345,6 +358,16 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                         .map(|t| (t.name.to_string(), t.partition_indexes))
                         .collect()
                 });
+                // v9: a consumer-protocol member names itself and its epoch.
+                if let Err(e) = broker.coordinator.validate_fetch(
+                    g.group_id.as_str(),
+                    g.member_id.as_deref(),
+                    if version >= 9 { g.member_epoch } else { -1 },
+                ) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(error_code(&e));
+                }
                 let fetched: TopicOffsets = broker
                     .coordinator
                     .fetch_offsets(g.group_id.as_str(), wanted);
@@ -409,16 +432,17 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
 }
 
 pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
-    let types_ok = req.types_filter.is_empty()
-        || req
-            .types_filter
-            .iter()
-            .any(|t| t.eq_ignore_ascii_case("classic"));
     let groups = broker
         .coordinator
         .list()
         .into_iter()
-        .filter(|_| types_ok)
+        .filter(|g| {
+            req.types_filter.is_empty()
+                || req
+                    .types_filter
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(g.group_type))
+        })
         .filter(|g| {
             req.states_filter.is_empty()
                 || req
@@ -436,7 +460,7 @@ pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> Lis
                 l
             };
             if version >= 5 {
-                l.with_group_type(StrBytes::from_static_str("classic"))
+                l.with_group_type(StrBytes::from_static_str(g.group_type))
             } else {
                 l
             }

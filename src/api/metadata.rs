@@ -36,7 +36,14 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
         Some(list) => list
             .into_iter()
             .map(|rt| {
-                let name = rt.name.as_ref().map(|n| n.0.to_string());
+                // As in Kafka, a topic id wins over the name: the Java
+                // consumer resolves ids from a KIP-848 assignment with an
+                // empty name.
+                let name = rt
+                    .name
+                    .as_ref()
+                    .filter(|_| rt.topic_id.is_nil())
+                    .map(|n| n.0.to_string());
                 let found = match &name {
                     Some(n) => catalog.topic(n),
                     None => catalog.topic_by_id(rt.topic_id),

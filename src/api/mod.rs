@@ -9,6 +9,7 @@
 //! nowhere else.
 
 mod configs;
+mod consumer_groups;
 mod dispatch;
 mod error;
 mod fetch;

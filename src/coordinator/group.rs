@@ -133,6 +133,9 @@ pub struct Group {
     rebalance: Option<Rebalance>,
     /// Group metadata changed and must be written to the offsets log.
     pub dirty: bool,
+    /// Set while the group runs the consumer protocol (KIP-848) instead;
+    /// the classic state above is then empty. Offsets are shared.
+    pub consumer: Option<super::consumer::ConsumerGroup>,
 }
 
 impl Group {
@@ -151,6 +154,7 @@ impl Group {
             state_since_ms: now_ms,
             rebalance: None,
             dirty: false,
+            consumer: None,
         }
     }
 
@@ -215,8 +219,9 @@ impl Group {
         self.members.values()
     }
 
+    /// Members under either protocol.
     pub fn has_members(&self) -> bool {
-        !self.members.is_empty()
+        !self.members.is_empty() || self.consumer.as_ref().is_some_and(|c| c.has_members())
     }
 
     fn key_of(&self, id: &str) -> Option<u64> {
@@ -774,7 +779,7 @@ impl Group {
 
     /// Can the group be deleted (DeleteGroups)?
     pub fn is_empty_group(&self) -> bool {
-        self.state == GroupState::Empty && self.members.is_empty()
+        self.state == GroupState::Empty && !self.has_members()
     }
 
     /// Nothing left to remember: no members, no member-id handshakes, no offsets.
@@ -844,6 +849,7 @@ mod tests {
                     max_metadata_bytes: 4096,
                     offsets_topic_segment_bytes: 1 << 20,
                     wait_for_fsync: false,
+                    consumer: Default::default(),
                 },
             }
         }

@@ -1,13 +1,17 @@
-//! The group coordinator: consumer groups under Kafka's classic protocol and
-//! their committed offsets.
+//! The group coordinator: consumer groups under Kafka's classic protocol
+//! and under the consumer group protocol of KIP-848, and their committed
+//! offsets, which both kinds share.
 //!
 //! This single broker coordinates every group. All group state sits behind
-//! one lock and changes synchronously; members that must wait for others
-//! (JoinGroup, SyncGroup) hold a oneshot receiver that a later request or the
-//! timer completes. Every change worth keeping is appended to
+//! one lock and changes synchronously; classic members that must wait for
+//! others (JoinGroup, SyncGroup) hold a oneshot receiver that a later request
+//! or the timer completes. Consumer-protocol members never wait: each
+//! heartbeat is answered from the group's state at once (`consumer`). Every change worth keeping is appended to
 //! `__consumer_offsets` before it is acknowledged, and startup replays that
 //! topic, so offsets and group membership survive restarts, kill -9 included.
 
+pub mod assignor;
+pub mod consumer;
 pub mod group;
 pub mod records;
 pub mod store;
@@ -22,11 +26,17 @@ use parking_lot::Mutex;
 use crate::catalog::Catalog;
 use crate::clock::{SharedClock, SharedRandom};
 use crate::log::LogError;
+use consumer::{
+    ConsumerGroup, ConsumerGroupConfig, HeartbeatParams, HeartbeatResult, TopicMeta, Topics,
+};
 use group::{Group, GroupState, JoinParams, JoinReply, Pending, SyncReply};
-use records::{GroupValue, OffsetValue, RecordKey};
+use records::{
+    decode_assignment_epoch, decode_target, ConsumerGroupValue, ConsumerMemberValue,
+    CurrentAssignmentValue, GroupValue, OffsetValue, RecordKey,
+};
 use store::OffsetsStore;
 
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoordinatorError {
     #[error("the group id is invalid")]
     InvalidGroupId,
@@ -58,6 +68,22 @@ pub enum CoordinatorError {
     Storage(String),
     #[error("this broker is not the group's coordinator")]
     NotCoordinator,
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("the member epoch is fenced")]
+    FencedMemberEpoch,
+    #[error("the member epoch is stale")]
+    StaleMemberEpoch,
+    #[error("instance id {0} is still used by another member")]
+    UnreleasedInstanceId(String),
+    #[error("the group has reached its maximum size of {0} members")]
+    GroupMaxSizeReached(usize),
+    #[error("{0}")]
+    UnsupportedAssignor(String),
+    #[error("invalid regular expression: {0}")]
+    InvalidRegularExpression(String),
+    #[error("{0}")]
+    UnsupportedVersion(String),
 }
 
 impl From<LogError> for CoordinatorError {
@@ -76,6 +102,7 @@ pub struct CoordinatorConfig {
     pub max_metadata_bytes: usize,
     pub offsets_topic_segment_bytes: i32,
     pub wait_for_fsync: bool,
+    pub consumer: ConsumerGroupConfig,
 }
 
 /// One committed offset to store.
@@ -94,13 +121,43 @@ pub struct OffsetCommit {
 pub struct Committer {
     pub member_id: String,
     pub instance_id: Option<String>,
+    /// The generation, or a consumer-protocol member's epoch.
     pub generation: i32,
+    /// The OffsetCommit version: consumer-protocol members need v9+.
+    pub version: i16,
 }
 
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: &'static str,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
+}
+
+/// A consumer-protocol group, for ConsumerGroupDescribe.
+pub struct ConsumerGroupDescription {
+    pub state: &'static str,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: String,
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+/// Partitions by topic: (id, name, partitions).
+pub type NamedAssignment = Vec<(uuid::Uuid, String, Vec<i32>)>;
+
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub assignment: NamedAssignment,
+    pub target: NamedAssignment,
 }
 
 pub struct MemberDescription {
@@ -213,6 +270,15 @@ impl GroupCoordinator {
             let group = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
+            if let Some(cg) = &group.consumer {
+                // An empty consumer group becomes a classic one, as in Kafka;
+                // one with members cannot take classic members here.
+                if cg.has_members() {
+                    return Err(CoordinatorError::InconsistentGroupProtocol);
+                }
+                self.store.append(&cg.tombstones())?;
+                group.consumer = None;
+            }
             let pending = group.join(
                 params,
                 self.clock.now(),
@@ -316,7 +382,9 @@ impl GroupCoordinator {
                     .or_insert_with(|| Group::new(group_id, self.clock.now_ms())),
                 None => return Err(CoordinatorError::IllegalGeneration),
             };
-            if simple {
+            if let Some(cg) = &group.consumer {
+                check_consumer_commit(cg, who)?;
+            } else if simple {
                 if group.has_members() {
                     return Err(CoordinatorError::UnknownMemberId);
                 }
@@ -390,6 +458,154 @@ impl GroupCoordinator {
         Ok(results)
     }
 
+    /// OffsetFetch v9+ names the member asking: a consumer-protocol member
+    /// must be known and at its current epoch (as Kafka checks).
+    pub fn validate_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), CoordinatorError> {
+        self.check_active()?;
+        let groups = self.groups.lock();
+        let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
+            return Ok(());
+        };
+        if member_id.is_none() && member_epoch < 0 {
+            return Ok(());
+        }
+        let m = member_id
+            .and_then(|id| cg.member(id))
+            .ok_or(CoordinatorError::UnknownMemberId)?;
+        if m.epoch != member_epoch {
+            return Err(CoordinatorError::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// Every topic as consumer groups see it.
+    fn topics(&self) -> Topics {
+        self.catalog
+            .topics()
+            .iter()
+            .map(|t| {
+                let meta = TopicMeta {
+                    id: t.id(),
+                    partitions: t.partition_count() as i32,
+                    internal: t.is_internal(),
+                };
+                (t.name().to_string(), meta)
+            })
+            .collect()
+    }
+
+    /// ConsumerGroupHeartbeat (`version` of the request). A member joining
+    /// (epoch 0) creates the group, or takes over an empty classic one.
+    pub async fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        params: HeartbeatParams,
+        version: i16,
+    ) -> Result<HeartbeatResult, CoordinatorError> {
+        self.check_active()?;
+        consumer::validate(group_id, &params, version)?;
+        let topics = self.topics();
+        let mut records = Vec::new();
+        let (result, end) = {
+            let mut groups = self.groups.lock();
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            let joining = params.member_epoch == 0;
+            let group = match groups.get_mut(group_id) {
+                Some(g) => g,
+                None if joining => groups
+                    .entry(group_id.to_string())
+                    .or_insert_with(|| Group::new(group_id, now_ms)),
+                None => return Err(CoordinatorError::GroupIdNotFound),
+            };
+            if group.consumer.is_none() {
+                if !joining || group.has_members() {
+                    return Err(CoordinatorError::GroupIdNotFound);
+                }
+                if group.protocol_type.is_some() {
+                    records.push((
+                        RecordKey::Group {
+                            group: group_id.to_string(),
+                        },
+                        None,
+                    ));
+                }
+                let offsets = std::mem::take(&mut group.offsets);
+                *group = Group::new(group_id, now_ms);
+                group.offsets = offsets;
+                group.consumer = Some(ConsumerGroup::new(group_id, now_ms));
+            }
+            let cg = group.consumer.as_mut().expect("set above");
+            let random = &self.random;
+            let result = cg.heartbeat(
+                params,
+                now,
+                now_ms,
+                &topics,
+                &self.config.consumer,
+                || random.uuid().to_string(),
+                &mut records,
+            );
+            (result, self.store.append(&records)?)
+        };
+        if !records.is_empty() {
+            self.store.durable(end).await?;
+        }
+        result
+    }
+
+    /// ConsumerGroupDescribe: GROUP_ID_NOT_FOUND unless it is a consumer group.
+    pub fn consumer_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<ConsumerGroupDescription, CoordinatorError> {
+        self.check_active()?;
+        let topics = self.topics();
+        let by_id: HashMap<uuid::Uuid, &str> = topics
+            .iter()
+            .map(|(name, t)| (t.id, name.as_str()))
+            .collect();
+        let named = |a: &assignor::Assignment| -> NamedAssignment {
+            a.iter()
+                .filter(|(_, ps)| !ps.is_empty())
+                .map(|(id, ps)| {
+                    let name = by_id.get(id).copied().unwrap_or_default().to_string();
+                    (*id, name, ps.iter().copied().collect())
+                })
+                .collect()
+        };
+        let groups = self.groups.lock();
+        let cg = groups
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .ok_or(CoordinatorError::GroupIdNotFound)?;
+        Ok(ConsumerGroupDescription {
+            state: cg.state(),
+            epoch: cg.epoch,
+            assignment_epoch: cg.assignment_epoch,
+            assignor: cg.assignor(&self.config.consumer),
+            members: cg
+                .members()
+                .map(|m| ConsumerMemberDescription {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    epoch: m.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.subscribed_names.clone(),
+                    subscribed_topic_regex: m.subscribed_regex.clone(),
+                    assignment: named(&m.assigned),
+                    target: cg.target_of(&m.id).map(&named).unwrap_or_default(),
+                })
+                .collect(),
+        })
+    }
+
     /// Committed offsets of a group: the named partitions, or all of them.
     pub fn fetch_offsets(
         &self,
@@ -426,19 +642,30 @@ impl GroupCoordinator {
         let groups = self.groups.lock();
         let mut out: Vec<GroupListing> = groups
             .values()
-            .map(|g| GroupListing {
-                group_id: g.id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state.name(),
+            .map(|g| match &g.consumer {
+                Some(cg) => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: "consumer".to_string(),
+                    state: cg.state(),
+                    group_type: "consumer",
+                },
+                None => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state.name(),
+                    group_type: "classic",
+                },
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
 
+    /// DescribeGroups: classic groups only (consumer groups are described
+    /// by ConsumerGroupDescribe, as in Kafka).
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
         let groups = self.groups.lock();
-        let g = groups.get(group_id)?;
+        let g = groups.get(group_id).filter(|g| g.consumer.is_none())?;
         let protocol = g.protocol.clone().unwrap_or_default();
         let stable = g.state == GroupState::Stable;
         Some(GroupDescription {
@@ -490,12 +717,15 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        records.push((
-            RecordKey::Group {
-                group: group_id.to_string(),
-            },
-            None,
-        ));
+        match &group.consumer {
+            Some(cg) => records.extend(cg.tombstones()),
+            None => records.push((
+                RecordKey::Group {
+                    group: group_id.to_string(),
+                },
+                None,
+            )),
+        }
         self.store.append(&records)?;
         groups.remove(group_id);
         Ok(())
@@ -511,10 +741,14 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::GroupIdNotFound)?;
-        let subscribed = if group.has_members() {
-            group.subscribed_topics()
-        } else {
-            Vec::new()
+        let has_members = group.has_members();
+        let subscribed: Vec<String> = match &mut group.consumer {
+            Some(cg) => {
+                let topics = self.topics();
+                cg.subscribed_topics(&topics).into_iter().collect()
+            }
+            None if has_members => group.subscribed_topics(),
+            None => Vec::new(),
         };
         let mut results = Vec::new();
         let mut records = Vec::new();
@@ -576,10 +810,25 @@ impl GroupCoordinator {
         let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let mut groups = self.groups.lock();
         let mut tombstones = Vec::new();
+        let mut topics = None;
         for g in groups.values_mut() {
+            if let Some(cg) = &mut g.consumer {
+                let expired = cg.expired(now, &self.config.consumer);
+                if !expired.is_empty() {
+                    tracing::info!(group = %cg.id, members = ?expired, "consumer group members expired");
+                    let topics = topics.get_or_insert_with(|| self.topics());
+                    cg.remove_members(
+                        &expired,
+                        now_ms,
+                        topics,
+                        &self.config.consumer,
+                        &mut tombstones,
+                    );
+                }
+            }
             g.tick(now, now_ms, &self.config);
             self.persist_group(g);
-            if expire_offsets && g.state == GroupState::Empty {
+            if expire_offsets && g.state == GroupState::Empty && !g.has_members() {
                 tombstones.extend(expire(
                     g,
                     now_ms,
@@ -587,14 +836,19 @@ impl GroupCoordinator {
                 ));
             }
         }
+        // Empty consumer groups go only with the offset expiry pass, as in
+        // Kafka, so a member whose session just lapsed is told
+        // UNKNOWN_MEMBER_ID (and rejoins), not GROUP_ID_NOT_FOUND.
         let dead: Vec<String> = groups
             .values()
-            .filter(|g| g.is_idle())
+            .filter(|g| g.is_idle() && (expire_offsets || g.consumer.is_none()))
             .map(|g| g.id.clone())
             .collect();
         for id in dead {
-            groups.remove(&id);
-            tombstones.push((RecordKey::Group { group: id }, None));
+            match groups.remove(&id).and_then(|g| g.consumer) {
+                Some(cg) => tombstones.extend(cg.tombstones()),
+                None => tombstones.push((RecordKey::Group { group: id }, None)),
+            }
         }
         if let Err(e) = self.store.append(&tombstones) {
             tracing::error!(error = %e, "could not write offset expirations");
@@ -645,18 +899,124 @@ async fn load(store: &OffsetsStore, now: Instant) -> Result<HashMap<String, Grou
                 }
                 Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
             },
+            // The classic metadata is gone (deleted, expired, or the group
+            // moved to the consumer protocol); offsets have their own records.
             (RecordKey::Group { group }, None) => {
-                groups.remove(&group);
+                if let Some(g) = groups.get_mut(&group).filter(|g| g.consumer.is_none()) {
+                    if g.offsets.is_empty() {
+                        groups.remove(&group);
+                    } else {
+                        let mut fresh = Group::new(&group, g.state_since_ms);
+                        fresh.offsets = std::mem::take(&mut g.offsets);
+                        *g = fresh;
+                    }
+                }
             }
+            (key, value) => restore_consumer(&mut groups, key, value, now),
         })
         .await?;
+    for g in groups.values_mut() {
+        if let Some(cg) = &mut g.consumer {
+            cg.finish_restore(now);
+        }
+    }
     Ok(groups)
+}
+
+/// Replays one consumer-group record (keys 3 to 8).
+fn restore_consumer(
+    groups: &mut HashMap<String, Group>,
+    key: RecordKey,
+    value: Option<Bytes>,
+    now: Instant,
+) {
+    let result: Result<(), records::RecordError> = (|| {
+        match key {
+            RecordKey::ConsumerGroup { group } => match value {
+                Some(v) => {
+                    let v = ConsumerGroupValue::decode(&v)?;
+                    consumer_of(groups, &group).restore_group(&v);
+                }
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.consumer = None;
+                        if g.offsets.is_empty() {
+                            groups.remove(&group);
+                        }
+                    }
+                }
+            },
+            RecordKey::ConsumerMember { group, member } => {
+                let v = value.map(|v| ConsumerMemberValue::decode(&v)).transpose()?;
+                if v.is_some() || groups.contains_key(&group) {
+                    consumer_of(groups, &group).restore_member(&member, v, now);
+                }
+            }
+            RecordKey::TargetMember { group, member } => {
+                let v = value.map(|v| decode_target(&v)).transpose()?;
+                if v.is_some() || groups.contains_key(&group) {
+                    consumer_of(groups, &group).restore_target(&member, v);
+                }
+            }
+            RecordKey::TargetAssignment { group } => {
+                let v = value.map(|v| decode_assignment_epoch(&v)).transpose()?;
+                if v.is_some() || groups.contains_key(&group) {
+                    consumer_of(groups, &group).restore_assignment_epoch(v);
+                }
+            }
+            RecordKey::CurrentAssignment { group, member } => {
+                let v = value
+                    .map(|v| CurrentAssignmentValue::decode(&v))
+                    .transpose()?;
+                if v.is_some() {
+                    consumer_of(groups, &group).restore_current(&member, v, now);
+                }
+            }
+            // Kafka 4.1 no longer writes partition metadata (the epoch
+            // record's metadata hash replaced it); older records are skipped.
+            _ => {}
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "skipping unreadable consumer group record");
+    }
+}
+
+fn consumer_of<'a>(groups: &'a mut HashMap<String, Group>, id: &str) -> &'a mut ConsumerGroup {
+    let g = groups
+        .entry(id.to_string())
+        .or_insert_with(|| Group::new(id, 0));
+    g.consumer.get_or_insert_with(|| ConsumerGroup::new(id, 0))
+}
+
+/// OffsetCommit against a consumer-protocol group (Kafka's
+/// ConsumerGroup.validateOffsetCommit).
+fn check_consumer_commit(cg: &ConsumerGroup, who: &Committer) -> Result<(), CoordinatorError> {
+    if who.generation < 0 && !cg.has_members() {
+        return Ok(());
+    }
+    let m = cg
+        .member(&who.member_id)
+        .ok_or(CoordinatorError::UnknownMemberId)?;
+    if who.version < 9 {
+        return Err(CoordinatorError::UnsupportedVersion(
+            "OffsetCommit version 9 or above must be used by members using the consumer group protocol".into(),
+        ));
+    }
+    if who.generation != m.epoch {
+        return Err(CoordinatorError::StaleMemberEpoch);
+    }
+    Ok(())
 }
 
 /// Offsets of an empty group past retention (KIP-211: counted from when the
 /// group became empty; for groups that never had members, from the commit).
 fn expire(g: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<(RecordKey, Option<Bytes>)> {
-    let since_empty = g.protocol_type.is_some().then_some(g.state_since_ms);
+    let since_empty = match &g.consumer {
+        Some(cg) => Some(cg.empty_since_ms),
+        None => g.protocol_type.is_some().then_some(g.state_since_ms),
+    };
     let gone: Vec<(String, i32)> = g
         .offsets
         .iter()
@@ -735,6 +1095,7 @@ mod tests {
             max_metadata_bytes: 4096,
             offsets_topic_segment_bytes: 1 << 20,
             wait_for_fsync: false,
+            consumer: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(1));
@@ -746,6 +1107,129 @@ mod tests {
     fn committed(c: &GroupCoordinator) -> Option<i64> {
         let fetched = c.fetch_offsets("g", Some(vec![("t".to_string(), vec![0])]));
         fetched[0].1[0].1.as_ref().map(|v| v.offset)
+    }
+
+    #[tokio::test]
+    async fn a_classic_groups_offsets_stay_when_it_moves_to_the_consumer_protocol_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let c = coordinator(dir.path(), clock.clone(), Duration::from_secs(3600)).await;
+        let id = classic_member_with_commit(&c, 5).await;
+        c.leave("g", &[(id, None)]).unwrap();
+        // A consumer-protocol member takes the empty classic group over.
+        let joined = c
+            .consumer_heartbeat(
+                "g",
+                HeartbeatParams {
+                    member_id: "m1".into(),
+                    member_epoch: 0,
+                    rebalance_timeout_ms: 10_000,
+                    subscribed_topic_names: Some(vec!["t".into()]),
+                    owned: Some(vec![]),
+                    ..Default::default()
+                },
+                1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(joined.member_epoch, 1);
+        assert_eq!(committed(&c), Some(5));
+        // After a restart (replay of __consumer_offsets) it is still a
+        // consumer group with its member, and the offset is still there.
+        drop(c);
+        let c = reopen(dir.path(), clock.clone()).await;
+        assert_eq!(committed(&c), Some(5));
+        let d = c.consumer_describe("g").unwrap();
+        assert_eq!((d.epoch, d.members.len(), d.members[0].epoch), (1, 1, 1));
+        assert_eq!(c.list()[0].group_type, "consumer");
+        // The member commits with its epoch; an older epoch is stale.
+        let commit = |generation: i32| Committer {
+            member_id: "m1".into(),
+            instance_id: None,
+            generation,
+            version: 9,
+        };
+        let offset = |o: i64| OffsetCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: o,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &commit(1), vec![offset(7)]).await.unwrap();
+        assert_eq!(committed(&c), Some(7));
+        assert_eq!(
+            c.commit("g", &commit(0), vec![offset(8)]).await.err(),
+            Some(CoordinatorError::StaleMemberEpoch)
+        );
+    }
+
+    /// A coordinator over an existing data directory.
+    async fn reopen(dir: &std::path::Path, clock: Arc<ManualClock>) -> GroupCoordinator {
+        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let config = CoordinatorConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            min_session_timeout: Duration::from_secs(1),
+            max_session_timeout: Duration::from_secs(300),
+            offsets_retention: Duration::from_secs(3600),
+            max_metadata_bytes: 4096,
+            offsets_topic_segment_bytes: 1 << 20,
+            wait_for_fsync: false,
+            consumer: Default::default(),
+        };
+        let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
+        let random = Arc::new(SeededRandom::new(2));
+        GroupCoordinator::open(catalog, store, config, clock, random)
+            .await
+            .unwrap()
+    }
+
+    /// A classic member of "g" that committed `offset` for t-0.
+    async fn classic_member_with_commit(c: &GroupCoordinator, offset: i64) -> String {
+        let joined = c
+            .join(
+                "g",
+                JoinParams {
+                    member_id: String::new(),
+                    instance_id: None,
+                    client_id: "client".to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout: Duration::from_secs(10),
+                    rebalance_timeout: Duration::from_secs(10),
+                    protocol_type: "consumer".to_string(),
+                    protocols: vec![("range".to_string(), Bytes::new())],
+                    require_known_member_id: false,
+                },
+            )
+            .await
+            .unwrap();
+        let id = joined.member_id;
+        c.sync(
+            "g",
+            &id,
+            None,
+            1,
+            None,
+            None,
+            vec![(id.clone(), Bytes::new())],
+        )
+        .await
+        .unwrap();
+        let who = Committer {
+            member_id: id.clone(),
+            instance_id: None,
+            generation: 1,
+            version: 8,
+        };
+        let o = OffsetCommit {
+            topic: "t".to_string(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        c.commit("g", &who, vec![o]).await.unwrap();
+        id
     }
 
     #[tokio::test]
@@ -787,6 +1271,7 @@ mod tests {
             member_id: id.clone(),
             instance_id: None,
             generation: 1,
+            version: 8,
         };
         let offset = OffsetCommit {
             topic: "t".to_string(),

@@ -2,9 +2,16 @@
 //! Kafka's tooling can read the topic and compaction can key on them.
 //!
 //! Key version 0/1 is a committed offset (group, topic, partition); key
-//! version 2 is a group's metadata (group). A null value is a tombstone.
+//! version 2 is a classic group's metadata (group). Versions 3 to 8 are the
+//! records of a consumer-protocol (KIP-848) group: its epoch (3), partition
+//! metadata (4, only read: the metadata hash in 3 replaces it, as in Kafka
+//! 4.1), each member's subscription (5), the target assignment's epoch (6)
+//! and per-member target (7), and each member's current assignment (8).
+//! Their values use Kafka's flexible encoding (compact strings and arrays,
+//! tagged fields). A null value is a tombstone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use uuid::Uuid;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RecordKey {
@@ -16,6 +23,62 @@ pub enum RecordKey {
     Group {
         group: String,
     },
+    ConsumerGroup {
+        group: String,
+    },
+    ConsumerPartitionMetadata {
+        group: String,
+    },
+    ConsumerMember {
+        group: String,
+        member: String,
+    },
+    TargetAssignment {
+        group: String,
+    },
+    TargetMember {
+        group: String,
+        member: String,
+    },
+    CurrentAssignment {
+        group: String,
+        member: String,
+    },
+}
+
+/// Partitions by topic id, as the consumer-group records hold them.
+pub type TopicPartitions = Vec<(Uuid, Vec<i32>)>;
+
+/// ConsumerGroupMetadataValue (key 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupValue {
+    pub epoch: i32,
+    /// Of the subscribed topics' names, ids and partition counts (tag 0).
+    pub metadata_hash: i64,
+}
+
+/// ConsumerGroupMemberMetadataValue (key 5).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// ConsumerGroupCurrentMemberAssignmentValue (key 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentAssignmentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    /// Kafka's MemberState: 0 stable, 1 unrevoked, 2 unreleased partitions.
+    pub state: i8,
+    pub assigned: TopicPartitions,
+    pub revoking: TopicPartitions,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +133,33 @@ impl RecordKey {
                 b.put_i16(2);
                 put_str(&mut b, group);
             }
+            RecordKey::ConsumerGroup { group } => {
+                b.put_i16(3);
+                put_str(&mut b, group);
+            }
+            RecordKey::ConsumerPartitionMetadata { group } => {
+                b.put_i16(4);
+                put_str(&mut b, group);
+            }
+            RecordKey::ConsumerMember { group, member } => {
+                b.put_i16(5);
+                put_str(&mut b, group);
+                put_str(&mut b, member);
+            }
+            RecordKey::TargetAssignment { group } => {
+                b.put_i16(6);
+                put_str(&mut b, group);
+            }
+            RecordKey::TargetMember { group, member } => {
+                b.put_i16(7);
+                put_str(&mut b, group);
+                put_str(&mut b, member);
+            }
+            RecordKey::CurrentAssignment { group, member } => {
+                b.put_i16(8);
+                put_str(&mut b, group);
+                put_str(&mut b, member);
+            }
         }
         b.freeze()
     }
@@ -84,6 +174,24 @@ impl RecordKey {
             2 => Ok(RecordKey::Group {
                 group: get_str(&mut b)?,
             }),
+            3 => Ok(RecordKey::ConsumerGroup {
+                group: get_str(&mut b)?,
+            }),
+            4 => Ok(RecordKey::ConsumerPartitionMetadata {
+                group: get_str(&mut b)?,
+            }),
+            6 => Ok(RecordKey::TargetAssignment {
+                group: get_str(&mut b)?,
+            }),
+            v @ (5 | 7 | 8) => {
+                let group = get_str(&mut b)?;
+                let member = get_str(&mut b)?;
+                Ok(match v {
+                    5 => RecordKey::ConsumerMember { group, member },
+                    7 => RecordKey::TargetMember { group, member },
+                    _ => RecordKey::CurrentAssignment { group, member },
+                })
+            }
             v => Err(RecordError(format!("unknown key version {v}"))),
         }
     }
@@ -192,6 +300,241 @@ impl GroupValue {
     }
 }
 
+impl ConsumerGroupValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(self.epoch);
+        if self.metadata_hash != 0 {
+            put_uvarint(&mut b, 1);
+            put_uvarint(&mut b, 0);
+            put_uvarint(&mut b, 8);
+            b.put_i64(self.metadata_hash);
+        } else {
+            put_uvarint(&mut b, 0);
+        }
+        b.freeze()
+    }
+
+    pub fn decode(mut b: &[u8]) -> Result<ConsumerGroupValue, RecordError> {
+        get_i16(&mut b)?;
+        let epoch = get_i32(&mut b)?;
+        let mut metadata_hash = 0;
+        for (tag, mut data) in get_tagged(&mut b)? {
+            if tag == 0 {
+                metadata_hash = get_i64(&mut data)?;
+            }
+        }
+        Ok(ConsumerGroupValue {
+            epoch,
+            metadata_hash,
+        })
+    }
+}
+
+impl ConsumerMemberValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        put_compact_opt_str(&mut b, self.instance_id.as_deref());
+        put_compact_opt_str(&mut b, self.rack_id.as_deref());
+        put_compact_opt_str(&mut b, Some(&self.client_id));
+        put_compact_opt_str(&mut b, Some(&self.client_host));
+        put_uvarint(&mut b, self.subscribed_topic_names.len() as u64 + 1);
+        for t in &self.subscribed_topic_names {
+            put_compact_opt_str(&mut b, Some(t));
+        }
+        put_compact_opt_str(&mut b, self.subscribed_topic_regex.as_deref());
+        b.put_i32(self.rebalance_timeout_ms);
+        put_compact_opt_str(&mut b, self.server_assignor.as_deref());
+        put_uvarint(&mut b, 0);
+        b.freeze()
+    }
+
+    pub fn decode(mut b: &[u8]) -> Result<ConsumerMemberValue, RecordError> {
+        let b = &mut b;
+        get_i16(b)?;
+        let instance_id = get_compact_opt_str(b)?;
+        let rack_id = get_compact_opt_str(b)?;
+        let client_id = get_compact_opt_str(b)?.unwrap_or_default();
+        let client_host = get_compact_opt_str(b)?.unwrap_or_default();
+        let count = get_compact_len(b)?;
+        let mut subscribed_topic_names = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            subscribed_topic_names.push(get_compact_opt_str(b)?.unwrap_or_default());
+        }
+        let subscribed_topic_regex = get_compact_opt_str(b)?;
+        let rebalance_timeout_ms = get_i32(b)?;
+        let server_assignor = get_compact_opt_str(b)?;
+        get_tagged(b)?;
+        Ok(ConsumerMemberValue {
+            instance_id,
+            rack_id,
+            client_id,
+            client_host,
+            subscribed_topic_names,
+            subscribed_topic_regex,
+            rebalance_timeout_ms,
+            server_assignor,
+        })
+    }
+}
+
+/// ConsumerGroupTargetAssignmentMetadataValue (key 6): the assignment epoch.
+pub fn encode_assignment_epoch(epoch: i32) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(epoch);
+    put_uvarint(&mut b, 0);
+    b.freeze()
+}
+
+pub fn decode_assignment_epoch(mut b: &[u8]) -> Result<i32, RecordError> {
+    get_i16(&mut b)?;
+    get_i32(&mut b)
+}
+
+/// ConsumerGroupTargetAssignmentMemberValue (key 7).
+pub fn encode_target(partitions: &TopicPartitions) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    put_topic_partitions(&mut b, partitions);
+    put_uvarint(&mut b, 0);
+    b.freeze()
+}
+
+pub fn decode_target(mut b: &[u8]) -> Result<TopicPartitions, RecordError> {
+    get_i16(&mut b)?;
+    get_topic_partitions(&mut b)
+}
+
+impl CurrentAssignmentValue {
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_i32(self.member_epoch);
+        b.put_i32(self.previous_member_epoch);
+        b.put_i8(self.state);
+        put_topic_partitions(&mut b, &self.assigned);
+        put_topic_partitions(&mut b, &self.revoking);
+        put_uvarint(&mut b, 0);
+        b.freeze()
+    }
+
+    pub fn decode(mut b: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
+        let b = &mut b;
+        get_i16(b)?;
+        let member_epoch = get_i32(b)?;
+        let previous_member_epoch = get_i32(b)?;
+        need(b, 1)?;
+        let state = b.get_i8();
+        let assigned = get_topic_partitions(b)?;
+        let revoking = get_topic_partitions(b)?;
+        Ok(CurrentAssignmentValue {
+            member_epoch,
+            previous_member_epoch,
+            state,
+            assigned,
+            revoking,
+        })
+    }
+}
+
+/// `[]TopicPartitions{TopicId uuid, Partitions []int32}`, compact, with
+/// empty tagged fields per entry.
+fn put_topic_partitions(b: &mut BytesMut, tps: &TopicPartitions) {
+    put_uvarint(b, tps.len() as u64 + 1);
+    for (id, parts) in tps {
+        b.put_slice(id.as_bytes());
+        put_uvarint(b, parts.len() as u64 + 1);
+        for p in parts {
+            b.put_i32(*p);
+        }
+        put_uvarint(b, 0);
+    }
+}
+
+fn get_topic_partitions(b: &mut &[u8]) -> Result<TopicPartitions, RecordError> {
+    let count = get_compact_len(b)?;
+    let mut out = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        need(b, 16)?;
+        let id = Uuid::from_slice(&b[..16]).map_err(|e| RecordError(e.to_string()))?;
+        b.advance(16);
+        let n = get_compact_len(b)?;
+        let mut parts = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            parts.push(get_i32(b)?);
+        }
+        get_tagged(b)?;
+        out.push((id, parts));
+    }
+    Ok(out)
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        b.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
+}
+
+fn get_uvarint(b: &mut &[u8]) -> Result<u64, RecordError> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        need(b, 1)?;
+        let byte = b.get_u8();
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(RecordError("varint too long".into()))
+}
+
+/// A compact array or string length: the stored value minus one; a null
+/// (stored 0) reads as empty.
+fn get_compact_len(b: &mut &[u8]) -> Result<usize, RecordError> {
+    Ok(get_uvarint(b)?.saturating_sub(1) as usize)
+}
+
+fn put_compact_opt_str(b: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => {
+            put_uvarint(b, s.len() as u64 + 1);
+            b.put_slice(s.as_bytes());
+        }
+        None => put_uvarint(b, 0),
+    }
+}
+
+fn get_compact_opt_str(b: &mut &[u8]) -> Result<Option<String>, RecordError> {
+    let len = get_uvarint(b)?;
+    if len == 0 {
+        return Ok(None);
+    }
+    let len = (len - 1) as usize;
+    need(b, len)?;
+    let s = String::from_utf8(b[..len].to_vec()).map_err(|e| RecordError(e.to_string()))?;
+    b.advance(len);
+    Ok(Some(s))
+}
+
+/// A tagged-fields section: (tag, data) pairs.
+fn get_tagged<'a>(b: &mut &'a [u8]) -> Result<Vec<(u64, &'a [u8])>, RecordError> {
+    let count = get_uvarint(b)?;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let tag = get_uvarint(b)?;
+        let size = get_uvarint(b)? as usize;
+        need(b, size)?;
+        out.push((tag, &b[..size]));
+        b.advance(size);
+    }
+    Ok(out)
+}
+
 fn put_str(b: &mut BytesMut, s: &str) {
     b.put_i16(s.len() as i16);
     b.put_slice(s.as_bytes());
@@ -298,5 +641,74 @@ mod tests {
         };
         assert_eq!(GroupValue::decode(&g.encode()).unwrap(), g);
         assert!(RecordKey::decode(&[0, 9]).is_err());
+    }
+
+    #[test]
+    fn consumer_group_records_round_trip() {
+        for k in [
+            RecordKey::ConsumerGroup { group: "g".into() },
+            RecordKey::ConsumerPartitionMetadata { group: "g".into() },
+            RecordKey::TargetAssignment { group: "g".into() },
+            RecordKey::ConsumerMember {
+                group: "g".into(),
+                member: "m".into(),
+            },
+            RecordKey::TargetMember {
+                group: "g".into(),
+                member: "m".into(),
+            },
+            RecordKey::CurrentAssignment {
+                group: "g".into(),
+                member: "m".into(),
+            },
+        ] {
+            assert_eq!(RecordKey::decode(&k.encode()).unwrap(), k);
+        }
+        for hash in [0, -5] {
+            let v = ConsumerGroupValue {
+                epoch: 7,
+                metadata_hash: hash,
+            };
+            assert_eq!(ConsumerGroupValue::decode(&v.encode()).unwrap(), v);
+        }
+        let m = ConsumerMemberValue {
+            instance_id: Some("i".into()),
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            subscribed_topic_names: vec!["a".into(), "b".into()],
+            subscribed_topic_regex: Some("t.*".into()),
+            rebalance_timeout_ms: 300_000,
+            server_assignor: Some("range".into()),
+        };
+        assert_eq!(ConsumerMemberValue::decode(&m.encode()).unwrap(), m);
+        let id = Uuid::from_u128(42);
+        let tps = vec![(id, vec![0, 2]), (Uuid::from_u128(7), vec![])];
+        assert_eq!(decode_target(&encode_target(&tps)).unwrap(), tps);
+        assert_eq!(
+            decode_assignment_epoch(&encode_assignment_epoch(9)).unwrap(),
+            9
+        );
+        let c = CurrentAssignmentValue {
+            member_epoch: 3,
+            previous_member_epoch: 2,
+            state: 1,
+            assigned: vec![(id, vec![1])],
+            revoking: vec![(id, vec![0])],
+        };
+        assert_eq!(CurrentAssignmentValue::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn consumer_group_epoch_value_matches_kafkas_layout() {
+        // Version 0, epoch 5, no tagged fields.
+        let v = ConsumerGroupValue {
+            epoch: 5,
+            metadata_hash: 0,
+        };
+        assert_eq!(&v.encode()[..], &[0, 0, 0, 0, 0, 5, 0]);
+        // Key: type 3, then the group id as an int16-length string.
+        let k = RecordKey::ConsumerGroup { group: "ab".into() };
+        assert_eq!(&k.encode()[..], &[0, 3, 0, 2, b'a', b'b']);
     }
 }
