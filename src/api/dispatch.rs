@@ -22,8 +22,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
-    configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets,
-    partitions, produce, producer_id, quorum, topics, versions, Broker, Reply,
+    configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
+    produce, producer_id, quorum, topics, versions, Broker, Reply,
 };
 
 pub struct Api {
