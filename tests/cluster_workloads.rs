@@ -323,8 +323,18 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
         }
     }
 
-    // Readers see the newest value of every key, in far fewer records.
-    let got = consume_to_end(&bootstrap, TOPIC, PARTITIONS);
+    // Readers see the newest value of every key, in far fewer records: once
+    // the leaders have read the manifests that other brokers' workers wrote
+    // (they re-read them every few seconds).
+    let total = end as usize * PARTITIONS as usize;
+    let deadline = Instant::now() + TIMEOUT;
+    let got = loop {
+        let got = consume_to_end(&bootstrap, TOPIC, PARTITIONS);
+        if got.len() < total / 2 || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let mut newest: BTreeMap<(i32, String), String> = BTreeMap::new();
     for ((partition, _), value) in &got {
         let key = value.split('-').nth(1).unwrap().to_string();
@@ -332,10 +342,9 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
     }
     assert_eq!(newest, latest, "the newest value of every key");
     assert!(
-        got.len() < (end as usize * PARTITIONS as usize) / 2,
-        "{} of {} records left",
-        got.len(),
-        end * PARTITIONS as i64
+        got.len() < total / 2,
+        "{} of {total} records left",
+        got.len()
     );
 
     // DeleteRecords goes to the partition's leader; another broker says so.

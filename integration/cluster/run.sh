@@ -108,6 +108,15 @@ export BOOTSTRAP="$(bootstrap)"
 echo "== 3 brokers at $BOOTSTRAP, etcd at :$ETCD_PORT, moto at :$MOTO_PORT"
 "$PY" "$HERE/cluster.py" create-topic
 
+# kcat (librdkafka 2.0.2) lists all three brokers, and the topic's leaders on more than one of them.
+deadline=$(( $(date +%s) + 30 ))
+until leaders="$(kcat -b "$BOOTSTRAP" -L -t "$TOPIC" 2>/dev/null | grep -o 'leader [0-9]*' | sort -u | wc -l)" &&
+  [ "$leaders" -ge 2 ] && [ "$(kcat -b "$BOOTSTRAP" -L 2>/dev/null | grep -c '^  broker ')" -eq 3 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "kcat -L does not show 3 brokers and spread leaders" >&2; kcat -b "$BOOTSTRAP" -L >&2; exit 1; }
+  sleep 0.5
+done
+echo "== kcat -L: 3 brokers, the leaders of $TOPIC on $leaders of them"
+
 echo "== producing with the Java client and librdkafka"
 STOP="$WORK/stop"
 "${JAVA[@]}" produce "$BOOTSTRAP" "$TOPIC" "$PARTITIONS" "$STOP" "$WORK/java.acks" >"$WORK/java-producer.log" 2>&1 &
