@@ -36,7 +36,7 @@ pub fn produce(
     let broker = broker.clone();
     async move {
         let mut resp = pending.await?;
-        if version >= PRODUCE_VERSION {
+        if version >= PRODUCE_VERSION && broker.cluster.is_some() {
             hint_produce(&broker, &mut resp);
         }
         Some(resp)
@@ -52,7 +52,7 @@ pub fn fetch(
     let broker = broker.clone();
     async move {
         let mut resp = pending.await;
-        if version >= FETCH_VERSION {
+        if version >= FETCH_VERSION && broker.cluster.is_some() {
             hint_fetch(&broker, &mut resp);
         }
         resp
@@ -78,7 +78,7 @@ impl<'a> Hints<'a> {
     /// The live leader and epoch of a partition answered with `code`.
     fn leader(
         &mut self,
-        topic: Option<Arc<Topic>>,
+        topic: impl FnOnce() -> Option<Arc<Topic>>,
         partition: i32,
         code: i16,
     ) -> Option<(i32, i32)> {
@@ -90,7 +90,7 @@ impl<'a> Hints<'a> {
             return None;
         }
         let cluster = self.broker.cluster.as_ref()?;
-        let (leader, epoch) = cluster.leader_of(topic?.id(), partition)?;
+        let (leader, epoch) = cluster.leader_of(topic()?.id(), partition)?;
         let brokers = self.brokers.get_or_insert_with(|| cluster.brokers());
         let info = brokers.iter().find(|b| b.node_id == leader)?;
         self.named.insert(leader, info.clone());
@@ -101,9 +101,9 @@ impl<'a> Hints<'a> {
 fn hint_produce(broker: &Broker, resp: &mut ProduceResponse) {
     let mut hints = Hints::new(broker);
     for t in &mut resp.responses {
-        let topic = broker.catalog.topic(t.name.0.as_str());
+        let topic = || broker.catalog.topic(t.name.0.as_str());
         for p in &mut t.partition_responses {
-            if let Some((leader, epoch)) = hints.leader(topic.clone(), p.index, p.error_code) {
+            if let Some((leader, epoch)) = hints.leader(topic, p.index, p.error_code) {
                 p.current_leader = produce_response::LeaderIdAndEpoch::default()
                     .with_leader_id(BrokerId(leader))
                     .with_leader_epoch(epoch);
@@ -127,11 +127,10 @@ fn hint_fetch(broker: &Broker, resp: &mut FetchResponse) {
     let mut hints = Hints::new(broker);
     for t in &mut resp.responses {
         // Fetch v13+ names topics by id.
-        let topic = broker.catalog.topic_by_id(t.topic_id);
+        let id = t.topic_id;
+        let topic = || broker.catalog.topic_by_id(id);
         for p in &mut t.partitions {
-            if let Some((leader, epoch)) =
-                hints.leader(topic.clone(), p.partition_index, p.error_code)
-            {
+            if let Some((leader, epoch)) = hints.leader(topic, p.partition_index, p.error_code) {
                 p.current_leader = fetch_response::LeaderIdAndEpoch::default()
                     .with_leader_id(BrokerId(leader))
                     .with_leader_epoch(epoch);
