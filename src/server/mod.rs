@@ -357,9 +357,11 @@ async fn run_compaction_worker(
     }
 }
 
-/// How often the manifest of a partition this broker schedules merges for
-/// but does not lead is read again.
-const REREAD_LED_ELSEWHERE: Duration = Duration::from_secs(3);
+/// How often the manifest of a partition that another broker also writes is
+/// read again: one this broker schedules merges for but does not lead (the
+/// leader uploads), or leads but does not schedule (merges from elsewhere,
+/// which its reads must see).
+const REREAD_SHARED: Duration = Duration::from_secs(3);
 
 /// Queues the merges each partition's compaction policy wants, against the
 /// tier's manifests: checked every tier interval, and against the latest
@@ -384,7 +386,9 @@ async fn schedule_compactions(
                 continue;
             }
             for index in 0..topic.partition_count() as i32 {
-                if !scheduler.tends(topic.id(), index) {
+                let schedules = scheduler.tends(topic.id(), index);
+                let leads = tier.tends(topic.id(), index);
+                if !schedules && !leads {
                     continue;
                 }
                 let remote = match tier.remote_of(&topic, index).await {
@@ -395,27 +399,27 @@ async fn schedule_compactions(
                         continue;
                     }
                 };
-                // Cluster mode: the leader's uploads change the manifest of a
-                // partition led elsewhere, unseen here but for a reread.
+                // Cluster mode: another broker's uploads or merges change the
+                // manifest unseen here but for a reread.
                 let now = tokio::time::Instant::now();
                 let key = (topic.id(), index);
-                let stale = !tier.tends(topic.id(), index)
-                    && reread
-                        .get(&key)
-                        .is_none_or(|at| now - *at >= REREAD_LED_ELSEWHERE);
+                let stale = !(schedules && leads)
+                    && reread.get(&key).is_none_or(|at| now - *at >= REREAD_SHARED);
                 if stale {
                     reread.insert(key, now);
                 }
-                if !stale
-                    && scheduler.due(&topic, index, &remote.manifest()).is_empty()
-                    && !scheduler.should_check(topic.id(), index)
-                {
+                let check = schedules
+                    && (!scheduler.due(&topic, index, &remote.manifest()).is_empty()
+                        || scheduler.should_check(topic.id(), index));
+                if !stale && !check {
                     continue;
                 }
                 let queued = async {
                     remote.refresh().await?;
-                    for job in scheduler.due(&topic, index, &remote.manifest()) {
-                        scheduler.queue(job)?;
+                    if schedules {
+                        for job in scheduler.due(&topic, index, &remote.manifest()) {
+                            scheduler.queue(job)?;
+                        }
                     }
                     anyhow::Ok(())
                 };
