@@ -18,7 +18,8 @@
 //!
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
-//! `config` holds the command line, which only `server` and `main` read;
+//! `principal` names who sent a request (authentication sets it, authorization
+//! reads it). `config` holds the command line, which only `server` and `main` read;
 //! time and random ids come from `clock`, handed down from the server, so
 //! timeouts and retention can be tested without waiting for them.
 
@@ -32,6 +33,7 @@ pub(crate) mod coordinator;
 pub mod format;
 pub mod log;
 pub mod manifest;
+pub mod principal;
 pub mod server;
 pub mod tier;
 pub mod wal;

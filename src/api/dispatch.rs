@@ -21,6 +21,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
+use crate::principal::Principal;
+
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
     produce, producer_id, quorum, topics, versions, Broker, Reply,
@@ -45,6 +47,9 @@ pub struct Ctx<'a> {
     pub client_host: &'a str,
     pub correlation_id: i32,
     pub response_header_version: i16,
+    /// Who sent the request, as authentication established it.
+    #[allow(dead_code)] // read by authorization (issue 13), built next
+    pub principal: &'a Principal,
 }
 
 impl Ctx<'_> {

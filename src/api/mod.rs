@@ -39,6 +39,7 @@ use crate::clock::SharedClock;
 use crate::cluster::ClusterNode;
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
+use crate::principal::Principal;
 use dispatch::{Ctx, Encoder};
 
 /// An encoded response frame (length prefix included); empty when the
@@ -159,6 +160,7 @@ impl Broker {
         self: &Arc<Self>,
         frame: Bytes,
         client_host: &str,
+        principal: &Principal,
     ) -> Result<Reply, FrameError> {
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
@@ -191,6 +193,7 @@ impl Broker {
             client_host,
             correlation_id: header.correlation_id,
             response_header_version: key.response_header_version(version),
+            principal,
         };
         (api.handle)(self, body, cx).map_err(malformed)
     }

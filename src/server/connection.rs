@@ -14,12 +14,14 @@ use tokio::sync::mpsc;
 
 use super::frame::FrameReader;
 use crate::api::{Broker, Reply};
+use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
 
 pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
     let peer = stream.peer_addr().ok();
     let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+    let principal = Principal::anonymous();
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
@@ -50,7 +52,7 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
                 break;
             }
         };
-        match broker.handle_frame(frame, &client_host) {
+        match broker.handle_frame(frame, &client_host, &principal) {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
                     break;
