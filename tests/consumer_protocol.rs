@@ -607,3 +607,43 @@ async fn a_consumer_protocol_member_shares_a_group_with_a_classic_member() {
     assert_eq!(later, values(500..600));
     assert_eq!(per, [100], "a record was read twice");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_group_survives_kill_minus_nine_of_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut args = FAST.to_vec();
+    args.extend(["--group-initial-rebalance-delay-ms", "0"]);
+    let broker = Process::start(dir.path(), port, &args);
+    let bs = broker.bootstrap();
+    create_topic(&bs, "mixed-durable", 4).await;
+    let a = classic_member(&bs, "mixed-durable-g", &["mixed-durable"]);
+    poll_until(&[&a], "the classic member to own all four", || {
+        assigned(&a) == 4
+    });
+    let b = member(&bs, "mixed-durable-g", &["mixed-durable"]);
+    poll_until(&[&a, &b], "a 2/2 split", || {
+        (assigned(&a), assigned(&b)) == (2, 2)
+    });
+    produce(&bs, "mixed-durable", 0, 200).await;
+    let mut seen = BTreeSet::new();
+    let per = consume(&[&a, &b], 200, &mut seen);
+    assert_eq!(per.iter().sum::<usize>(), 200);
+    broker.kill9();
+
+    // Both members ride through the crash: the mixed group, its members and
+    // their partitions were replayed from __consumer_offsets.
+    let broker = Process::start(dir.path(), port, &args);
+    let bs = broker.bootstrap();
+    let mut raw = Raw::connect(bs.parse().unwrap()).await;
+    assert_eq!(
+        group_kinds(&mut raw, "mixed-durable-g").await,
+        ("consumer".to_string(), vec![0, 1])
+    );
+    produce(&bs, "mixed-durable", 200, 100).await;
+    let mut later = BTreeSet::new();
+    let per = consume(&[&a, &b], 100, &mut later);
+    assert_eq!(later, values(200..300));
+    assert_eq!(per.iter().sum::<usize>(), 100, "a record was read twice");
+    assert_eq!((assigned(&a), assigned(&b)), (2, 2));
+}
