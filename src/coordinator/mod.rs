@@ -557,7 +557,10 @@ impl GroupCoordinator {
             .and_then(|id| cg.member(id))
             .ok_or(CoordinatorError::UnknownMemberId)?;
         if m.epoch != member_epoch {
-            return Err(CoordinatorError::StaleMemberEpoch);
+            return Err(match m.classic {
+                Some(_) => CoordinatorError::IllegalGeneration,
+                None => CoordinatorError::StaleMemberEpoch,
+            });
         }
         Ok(())
     }

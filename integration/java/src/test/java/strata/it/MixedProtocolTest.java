@@ -113,6 +113,15 @@ class MixedProtocolTest {
   }
 
   @Test
+  void theBrokerReportsItsMigrationPolicyAndBothProtocols() throws Exception {
+    String node = String.valueOf(admin.describeCluster().nodes().get().iterator().next().id());
+    var broker = new org.apache.kafka.common.config.ConfigResource(org.apache.kafka.common.config.ConfigResource.Type.BROKER, node);
+    var config = admin.describeConfigs(List.of(broker)).all().get().get(broker);
+    assertEquals("bidirectional", config.get("group.consumer.migration.policy").value());
+    assertEquals("classic,consumer", config.get("group.coordinator.rebalance.protocols").value());
+  }
+
+  @Test
   void aConsumerMemberUpgradesAClassicGroupAndLeavingDowngradesIt() throws Exception {
     String t = Kafka.topic("mix-up");
     String g = Kafka.topic("mix-up-group");
