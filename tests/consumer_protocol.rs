@@ -549,7 +549,8 @@ async fn group_kinds(raw: &mut Raw, group: &str) -> (String, Vec<i8>) {
         .call(
             ApiKey::ConsumerGroupDescribe,
             1,
-            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]),
         )
         .await;
     let mut types: Vec<i8> = described.groups[0]

@@ -547,7 +547,10 @@ impl ConsumerGroup {
                     return Err(CoordinatorError::UnreleasedInstanceId(iid.clone()));
                 }
                 self.take_over(&old_id, &member_id, now, records);
-                self.members.get_mut(&member_id).expect("taken over").classic = None;
+                self.members
+                    .get_mut(&member_id)
+                    .expect("taken over")
+                    .classic = None;
                 return Ok(member_id);
             }
         }
@@ -1288,7 +1291,8 @@ impl ConsumerGroup {
                 for p in partitions {
                     // A partition keeps at most one owner, whatever a stale
                     // assignment says.
-                    if let std::collections::hash_map::Entry::Vacant(e) = cg.owners.entry((t.id, p)) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = cg.owners.entry((t.id, p))
+                    {
                         e.insert(cm.id.clone());
                         assigned.entry(t.id).or_default().insert(p);
                     }

@@ -15,7 +15,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartition;
-use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName};
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::assignor::Assignment;
@@ -39,7 +41,10 @@ pub enum MigrationPolicy {
 
 impl MigrationPolicy {
     pub fn upgrade_enabled(self) -> bool {
-        matches!(self, MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade)
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
     }
 
     pub fn downgrade_enabled(self) -> bool {
@@ -69,7 +74,9 @@ impl MigrationPolicy {
         .into_iter()
         .find(|p| p.name().eq_ignore_ascii_case(value.trim()))
         .ok_or_else(|| {
-            format!("unknown migration policy {value:?}: bidirectional, upgrade, downgrade or disabled")
+            format!(
+                "unknown migration policy {value:?}: bidirectional, upgrade, downgrade or disabled"
+            )
         })
     }
 }
@@ -249,9 +256,15 @@ mod tests {
         };
         config.consumer.migration = policy;
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
-        GroupCoordinator::open(catalog, store, config, clock, Arc::new(SeededRandom::new(7)))
-            .await
-            .unwrap()
+        GroupCoordinator::open(
+            catalog,
+            store,
+            config,
+            clock,
+            Arc::new(SeededRandom::new(7)),
+        )
+        .await
+        .unwrap()
     }
 
     fn subscription(owned: &[i32]) -> Bytes {
@@ -306,7 +319,12 @@ mod tests {
         }
     }
 
-    fn consumer_beat(member_id: &str, epoch: i32, owned: &[i32], id: uuid::Uuid) -> HeartbeatParams {
+    fn consumer_beat(
+        member_id: &str,
+        epoch: i32,
+        owned: &[i32],
+        id: uuid::Uuid,
+    ) -> HeartbeatParams {
         HeartbeatParams {
             member_id: member_id.into(),
             member_epoch: epoch,
@@ -322,12 +340,22 @@ mod tests {
         let joined = c.join("g", join_params("", &[])).await.unwrap();
         let id = joined.member_id;
         let everything = encode_assignment(
-            &[(c.topics()["t"].id, (0..4).collect())].into_iter().collect(),
+            &[(c.topics()["t"].id, (0..4).collect())]
+                .into_iter()
+                .collect(),
             &c.topics(),
             1,
         );
         let synced = c
-            .sync("g", &id, None, joined.generation, None, None, vec![(id.clone(), everything)])
+            .sync(
+                "g",
+                &id,
+                None,
+                joined.generation,
+                None,
+                None,
+                vec![(id.clone(), everything)],
+            )
             .await
             .unwrap();
         assert_eq!(partitions(&synced.assignment), [0, 1, 2, 3]);
@@ -362,7 +390,10 @@ mod tests {
         let (a, generation) = stable_classic_member(&c).await;
         // The consumer-protocol member converts the group; a still owns
         // everything, so b waits for its share.
-        let b = c.consumer_heartbeat("g", consumer_join("b"), 1).await.unwrap();
+        let b = c
+            .consumer_heartbeat("g", consumer_join("b"), 1)
+            .await
+            .unwrap();
         assert_eq!(b.member_epoch, generation + 1);
         assert_eq!(b.assignment.as_ref().map(|a| a.len()), Some(0));
         assert_eq!(c.list()[0].group_type, "consumer");
@@ -373,10 +404,21 @@ mod tests {
             Err(CoordinatorError::RebalanceInProgress)
         );
         let rejoined = c.join("g", join_params(&a, &[])).await.unwrap();
-        assert_eq!((rejoined.member_id.as_str(), rejoined.generation), (a.as_str(), generation + 1));
+        assert_eq!(
+            (rejoined.member_id.as_str(), rejoined.generation),
+            (a.as_str(), generation + 1)
+        );
         assert!(rejoined.leader.is_empty() && rejoined.members.is_empty());
         let synced = c
-            .sync("g", &a, None, rejoined.generation, Some("consumer"), Some("range"), vec![])
+            .sync(
+                "g",
+                &a,
+                None,
+                rejoined.generation,
+                Some("consumer"),
+                Some("range"),
+                vec![],
+            )
             .await
             .unwrap();
         let a_parts = partitions(&synced.assignment);
@@ -442,7 +484,10 @@ mod tests {
         let clock = ManualClock::new(1_700_000_000_000);
         let c = coordinator(dir.path(), clock.clone(), MigrationPolicy::Bidirectional).await;
         // b first: a consumer group, which a classic member then joins.
-        let b = c.consumer_heartbeat("g", consumer_join("b"), 1).await.unwrap();
+        let b = c
+            .consumer_heartbeat("g", consumer_join("b"), 1)
+            .await
+            .unwrap();
         let a = c.join("g", join_params("", &[])).await.unwrap();
         assert_eq!(c.list()[0].group_type, "consumer");
         let leave = HeartbeatParams {
@@ -488,7 +533,9 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let c = coordinator(dir.path(), clock.clone(), MigrationPolicy::Upgrade).await;
-        c.consumer_heartbeat("g", consumer_join("b"), 1).await.unwrap();
+        c.consumer_heartbeat("g", consumer_join("b"), 1)
+            .await
+            .unwrap();
         let a = c.join("g", join_params("", &[])).await.unwrap();
         // A classic member of another protocol type cannot join at all.
         let mut connect = join_params("", &[]);
@@ -516,7 +563,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(1_700_000_000_000);
         let c = coordinator(dir.path(), clock.clone(), MigrationPolicy::Bidirectional).await;
-        let b = c.consumer_heartbeat("g", consumer_join("b"), 1).await.unwrap();
+        let b = c
+            .consumer_heartbeat("g", consumer_join("b"), 1)
+            .await
+            .unwrap();
         c.join("g", join_params("", &[])).await.unwrap();
         assert_eq!(c.consumer_describe("g").unwrap().members.len(), 2);
         // b keeps heartbeating; the classic member's 10 s session lapses.
@@ -531,7 +581,10 @@ mod tests {
                 .unwrap();
             epoch = r.member_epoch;
             if let Some(a) = r.assignment {
-                owned = a.get(&topic).map(|s| s.iter().copied().collect()).unwrap_or_default();
+                owned = a
+                    .get(&topic)
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
             }
             c.tick(false);
         }

@@ -756,7 +756,10 @@ mod tests {
         };
         let encoded = classic.encode();
         assert_eq!(ConsumerMemberValue::decode(&encoded).unwrap(), classic);
-        assert_eq!(&encoded[..m.encode().len() - 1], &m.encode()[..m.encode().len() - 1]);
+        assert_eq!(
+            &encoded[..m.encode().len() - 1],
+            &m.encode()[..m.encode().len() - 1]
+        );
         let id = Uuid::from_u128(42);
         let tps = vec![(id, vec![0, 2]), (Uuid::from_u128(7), vec![])];
         assert_eq!(decode_target(&encode_target(&tps)).unwrap(), tps);
