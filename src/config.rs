@@ -145,6 +145,17 @@ pub struct BrokerConfig {
     )]
     pub group_consumer_max_size: u64,
 
+    /// Which way a group with members may switch between the classic and the
+    /// consumer protocol (group.consumer.migration.policy): bidirectional,
+    /// upgrade, downgrade or disabled.
+    #[arg(
+        long,
+        env = "STRATA_GROUP_CONSUMER_MIGRATION_POLICY",
+        default_value = "bidirectional",
+        value_parser = crate::coordinator::migration::MigrationPolicy::parse
+    )]
+    pub group_consumer_migration_policy: crate::coordinator::migration::MigrationPolicy,
+
     /// How long committed offsets of an empty group are kept (offsets.retention.minutes).
     #[arg(
         long,
@@ -291,6 +302,7 @@ impl BrokerConfig {
                 session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
                 assignors: self.group_consumer_assignors.0.clone(),
                 max_size: self.group_consumer_max_size as usize,
+                migration: self.group_consumer_migration_policy,
             },
         }
     }

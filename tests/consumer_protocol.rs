@@ -2,7 +2,8 @@
 //! (`group.protocol=consumer`) and, for what clients never send, raw
 //! ConsumerGroupHeartbeat requests: members sharing and handing over
 //! partitions, a silent member expiring, regex subscriptions, commits across
-//! `kill -9`, and Kafka's error codes.
+//! `kill -9`, a consumer-protocol member next to a classic one in one group,
+//! and Kafka's error codes.
 
 mod common;
 
@@ -442,7 +443,8 @@ async fn bad_heartbeats_and_cross_protocol_requests_get_kafkas_errors() {
     let old = code(raw.call(ApiKey::OffsetCommit, 8, &commit(1)).await);
     assert_eq!(old, ResponseError::UnsupportedVersion.code());
 
-    // A classic member cannot join the non-empty consumer group...
+    // A classic member joins a non-empty consumer group only with the
+    // consumer protocol embedded (this one's subscription is empty)...
     let classic = JoinGroupRequest::default()
         .with_group_id(GroupId("g4".into()))
         .with_session_timeout_ms(10_000)
@@ -507,10 +509,142 @@ async fn bad_heartbeats_and_cross_protocol_requests_get_kafkas_errors() {
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
     let r: JoinGroupResponse = raw.call(ApiKey::JoinGroup, 3, &classic).await;
     assert_eq!(r.error_code, 0, "an empty consumer group becomes classic");
-    // Now a non-empty classic group: the consumer protocol cannot take it.
+    // Now a non-empty classic group whose member's embedded protocol is
+    // malformed: it cannot be upgraded (Kafka answers GROUP_ID_NOT_FOUND).
     let mut raw2 = Raw::connect(broker.addr()).await;
     let r: ConsumerGroupHeartbeatResponse = raw2
         .call(ApiKey::ConsumerGroupHeartbeat, 1, &join("m2"))
         .await;
     assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+}
+
+fn classic_member(bootstrap: &str, group: &str, topics: &[&str]) -> BaseConsumer {
+    let m: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("group.protocol", "classic")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    m.subscribe(topics).unwrap();
+    m
+}
+
+/// ConsumerGroupDescribe v1: the group's type as ListGroups says, and its
+/// members' types (0 classic, 1 consumer), sorted.
+async fn group_kinds(raw: &mut Raw, group: &str) -> (String, Vec<i8>) {
+    let listed: ListGroupsResponse = raw
+        .call(ApiKey::ListGroups, 5, &ListGroupsRequest::default())
+        .await;
+    let kind = listed
+        .groups
+        .iter()
+        .find(|g| g.group_id.as_str() == group)
+        .map(|g| g.group_type.to_string())
+        .unwrap_or_default();
+    let described: ConsumerGroupDescribeResponse = raw
+        .call(
+            ApiKey::ConsumerGroupDescribe,
+            1,
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]),
+        )
+        .await;
+    let mut types: Vec<i8> = described.groups[0]
+        .members
+        .iter()
+        .map(|m| m.member_type)
+        .collect();
+    types.sort();
+    (kind, types)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_protocol_member_shares_a_group_with_a_classic_member() {
+    let mut args = FAST.to_vec();
+    args.extend(["--group-initial-rebalance-delay-ms", "0"]);
+    let broker = InProcess::start(&args).await;
+    let bs = broker.bootstrap();
+    create_topic(&bs, "mixed", 4).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let a = classic_member(&bs, "mixed-g", &["mixed"]);
+    poll_until(&[&a], "the classic member to own all four", || {
+        assigned(&a) == 4
+    });
+    produce(&bs, "mixed", 0, 100).await;
+    let mut seen = BTreeSet::new();
+    consume(&[&a], 100, &mut seen);
+    assert_eq!(group_kinds(&mut raw, "mixed-g").await.0, "classic");
+
+    // librdkafka with group.protocol=consumer upgrades the group; the
+    // classic member rejoins and keeps half.
+    let b = member(&bs, "mixed-g", &["mixed"]);
+    poll_until(&[&a, &b], "a 2/2 split", || {
+        (assigned(&a), assigned(&b)) == (2, 2)
+    });
+    assert_eq!(
+        group_kinds(&mut raw, "mixed-g").await,
+        ("consumer".to_string(), vec![0, 1])
+    );
+    produce(&bs, "mixed", 100, 400).await;
+    let mut seen = BTreeSet::new();
+    let per = consume(&[&a, &b], 400, &mut seen);
+    assert!(per.iter().all(|n| *n > 0), "both members consumed: {per:?}");
+    assert_eq!(seen, values(100..500));
+    assert_eq!(per.iter().sum::<usize>(), 400, "a record was read twice");
+
+    // The consumer-protocol member leaves: a classic group again, and the
+    // classic member reads everything after it from the committed offsets.
+    b.unsubscribe();
+    drop(b);
+    poll_until(&[&a], "a to own all four again", || assigned(&a) == 4);
+    assert_eq!(group_kinds(&mut raw, "mixed-g").await.0, "classic");
+    produce(&bs, "mixed", 500, 100).await;
+    let mut later = BTreeSet::new();
+    let per = consume(&[&a], 100, &mut later);
+    assert_eq!(later, values(500..600));
+    assert_eq!(per, [100], "a record was read twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_group_survives_kill_minus_nine_of_the_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut args = FAST.to_vec();
+    args.extend(["--group-initial-rebalance-delay-ms", "0"]);
+    let broker = Process::start(dir.path(), port, &args);
+    let bs = broker.bootstrap();
+    create_topic(&bs, "mixed-durable", 4).await;
+    let a = classic_member(&bs, "mixed-durable-g", &["mixed-durable"]);
+    poll_until(&[&a], "the classic member to own all four", || {
+        assigned(&a) == 4
+    });
+    let b = member(&bs, "mixed-durable-g", &["mixed-durable"]);
+    poll_until(&[&a, &b], "a 2/2 split", || {
+        (assigned(&a), assigned(&b)) == (2, 2)
+    });
+    produce(&bs, "mixed-durable", 0, 200).await;
+    let mut seen = BTreeSet::new();
+    let per = consume(&[&a, &b], 200, &mut seen);
+    assert_eq!(per.iter().sum::<usize>(), 200);
+    broker.kill9();
+
+    // Both members ride through the crash: the mixed group, its members and
+    // their partitions were replayed from __consumer_offsets.
+    let broker = Process::start(dir.path(), port, &args);
+    let bs = broker.bootstrap();
+    let mut raw = Raw::connect(bs.parse().unwrap()).await;
+    assert_eq!(
+        group_kinds(&mut raw, "mixed-durable-g").await,
+        ("consumer".to_string(), vec![0, 1])
+    );
+    produce(&bs, "mixed-durable", 200, 100).await;
+    let mut later = BTreeSet::new();
+    let per = consume(&[&a, &b], 100, &mut later);
+    assert_eq!(later, values(200..300));
+    assert_eq!(per.iter().sum::<usize>(), 100, "a record was read twice");
+    assert_eq!((assigned(&a), assigned(&b)), (2, 2));
 }

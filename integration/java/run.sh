@@ -22,6 +22,8 @@
 #   ConsumerGroupsCliTest  kafka-consumer-groups --list/--describe/--reset-offsets/--delete-offsets/--delete
 #   ConsumerProtocolTest  group.protocol=consumer (KIP-848): hand-over on join/leave/SIGKILL of a member JVM,
 #                       regex (SubscriptionPattern) subscriptions, Admin and kafka-consumer-groups --describe
+#   MixedProtocolTest   classic and consumer-protocol members in one group: online upgrade and downgrade,
+#                       a classic member SIGKILLed in a consumer group, each record consumed once
 #   TopicConfigsTest    every Kafka topic config via Admin (create, describe with synonyms, incremental alter),
 #                       KIP-467 per-record errors in the Java producer, recompressed batches read back
 #   OperatorApisTest    describeLogDirs + kafka-log-dirs, describeTopics paged by DescribeTopicPartitions,

@@ -253,8 +253,13 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         ),
         fixed(
             "group.coordinator.rebalance.protocols",
-            "classic",
+            "classic,consumer",
             ConfigType::List,
+        ),
+        flag(
+            "group.consumer.migration.policy",
+            cfg.group_consumer_migration_policy.name().to_string(),
+            ConfigType::String,
         ),
         flag(
             "offsets.retention.minutes",

@@ -18,7 +18,8 @@ use crate::coordinator::{CoordinatorError, NamedAssignment};
 
 /// Kafka's "authorized operations not requested".
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
-/// ConsumerGroupDescribe v1: the member speaks the consumer protocol.
+/// ConsumerGroupDescribe v1: the member speaks the classic or the consumer protocol.
+const CLASSIC_MEMBER: i8 = 0;
 const CONSUMER_MEMBER: i8 = 1;
 
 fn s(v: &str) -> StrBytes {
@@ -126,6 +127,10 @@ pub fn consumer_group_describe(
                         d.members
                             .into_iter()
                             .map(|m| {
+                                let member_type = match m.classic {
+                                    true => CLASSIC_MEMBER,
+                                    false => CONSUMER_MEMBER,
+                                };
                                 let member = describe::Member::default()
                                     .with_member_id(s(&m.member_id))
                                     .with_instance_id(m.instance_id.map(StrBytes::from_string))
@@ -145,7 +150,7 @@ pub fn consumer_group_describe(
                                     .with_assignment(assignment(m.assignment))
                                     .with_target_assignment(assignment(m.target));
                                 if version >= 1 {
-                                    member.with_member_type(CONSUMER_MEMBER)
+                                    member.with_member_type(member_type)
                                 } else {
                                     member
                                 }

@@ -30,9 +30,11 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use super::assignor::{self, Assignment, AssignorMember};
+use super::group::JoinParams;
+use super::migration::{self, MigrationPolicy};
 use super::records::{
-    encode_assignment_epoch, encode_target, ConsumerGroupValue, ConsumerMemberValue,
-    CurrentAssignmentValue, RecordKey, TopicPartitions,
+    encode_assignment_epoch, encode_target, ClassicMemberMetadata, ConsumerGroupValue,
+    ConsumerMemberValue, CurrentAssignmentValue, RecordKey, TopicPartitions,
 };
 use super::CoordinatorError;
 
@@ -50,6 +52,9 @@ pub struct ConsumerGroupConfig {
     /// The server assignors offered; the first is the default.
     pub assignors: Vec<String>,
     pub max_size: usize,
+    /// Which way a group with members may switch protocols
+    /// (group.consumer.migration.policy).
+    pub migration: MigrationPolicy,
 }
 
 impl Default for ConsumerGroupConfig {
@@ -60,6 +65,7 @@ impl Default for ConsumerGroupConfig {
             session_timeout: Duration::from_millis(45000),
             assignors: vec![assignor::UNIFORM.to_string(), assignor::RANGE.to_string()],
             max_size: i32::MAX as usize,
+            migration: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -122,8 +128,14 @@ pub struct Member {
     pub assigned: Assignment,
     /// Partitions it must give up before it gets more.
     pub revoking: Assignment,
+    /// Set for a member that speaks the classic protocol (JoinGroup,
+    /// SyncGroup, Heartbeat) in this group.
+    pub classic: Option<ClassicMemberMetadata>,
     last_seen: Instant,
     revoke_deadline: Option<Instant>,
+    /// A classic member must sync (after joining) or rejoin (after being
+    /// told to) by then: Kafka's sync and join timeouts.
+    classic_deadline: Option<Instant>,
 }
 
 impl Member {
@@ -143,8 +155,10 @@ impl Member {
             state: MemberState::Stable,
             assigned: Assignment::new(),
             revoking: Assignment::new(),
+            classic: None,
             last_seen: now,
             revoke_deadline: None,
+            classic_deadline: None,
         }
     }
 
@@ -158,6 +172,7 @@ impl Member {
             subscribed_topic_regex: self.subscribed_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.clone(),
+            classic: self.classic.clone(),
         }
     }
 
@@ -505,6 +520,9 @@ impl ConsumerGroup {
                     .get(&p.member_id)
                     .ok_or(CoordinatorError::UnknownMemberId)?,
             };
+            if m.classic.is_some() {
+                return Err(CoordinatorError::UnknownMemberId);
+            }
             let owned = p.owned.as_ref().map(from_records);
             if p.member_epoch > m.epoch {
                 return Err(CoordinatorError::FencedMemberEpoch);
@@ -528,34 +546,11 @@ impl ConsumerGroup {
                 if old.epoch != STATIC_LEAVE_EPOCH && old_id != member_id {
                     return Err(CoordinatorError::UnreleasedInstanceId(iid.clone()));
                 }
-                // The static member is back: the new incarnation takes over
-                // its partitions and epoch, so nothing rebalances.
-                let mut m = self.members.remove(&old_id).expect("present");
-                if old_id != member_id {
-                    for key in [8, 7, 5] {
-                        records.push((member_key(&self.id, &old_id, key), None));
-                    }
-                    if let Some(t) = self.target.remove(&old_id) {
-                        records.push((
-                            member_key(&self.id, &member_id, 7),
-                            Some(encode_target(&to_records(&t))),
-                        ));
-                        self.target.insert(member_id.clone(), t);
-                    }
-                }
-                if m.epoch == STATIC_LEAVE_EPOCH {
-                    m.epoch = m.previous_epoch.max(0);
-                }
-                m.id = member_id.clone();
-                m.last_seen = now;
-                for tp in m.assigned.iter().chain(&m.revoking).flat_map(flatten) {
-                    self.owners.insert(tp, member_id.clone());
-                }
-                records.push((
-                    member_key(&self.id, &member_id, 8),
-                    Some(m.assignment_value().encode()),
-                ));
-                self.members.insert(member_id.clone(), m);
+                self.take_over(&old_id, &member_id, now, records);
+                self.members
+                    .get_mut(&member_id)
+                    .expect("taken over")
+                    .classic = None;
                 return Ok(member_id);
             }
         }
@@ -570,6 +565,8 @@ impl ConsumerGroup {
                 .collect();
             m.assigned.clear();
             m.revoking.clear();
+            m.classic = None;
+            m.classic_deadline = None;
             m.epoch = 0;
             m.previous_epoch = -1;
             m.state = MemberState::Stable;
@@ -585,6 +582,37 @@ impl ConsumerGroup {
         self.members
             .insert(member_id.clone(), Member::new(member_id.clone(), now));
         Ok(member_id)
+    }
+
+    /// A static member is back under a new member id: the new incarnation
+    /// takes over its partitions and epoch, so nothing rebalances.
+    fn take_over(&mut self, old_id: &str, member_id: &str, now: Instant, records: &mut Records) {
+        let mut m = self.members.remove(old_id).expect("present");
+        if old_id != member_id {
+            for key in [8, 7, 5] {
+                records.push((member_key(&self.id, old_id, key), None));
+            }
+            if let Some(t) = self.target.remove(old_id) {
+                records.push((
+                    member_key(&self.id, member_id, 7),
+                    Some(encode_target(&to_records(&t))),
+                ));
+                self.target.insert(member_id.to_string(), t);
+            }
+        }
+        if m.epoch == STATIC_LEAVE_EPOCH {
+            m.epoch = m.previous_epoch.max(0);
+        }
+        m.id = member_id.to_string();
+        m.last_seen = now;
+        for tp in m.assigned.iter().chain(&m.revoking).flat_map(flatten) {
+            self.owners.insert(tp, member_id.to_string());
+        }
+        records.push((
+            member_key(&self.id, member_id, 8),
+            Some(m.assignment_value().encode()),
+        ));
+        self.members.insert(member_id.to_string(), m);
     }
 
     fn leave(
@@ -834,8 +862,13 @@ impl ConsumerGroup {
         self.members
             .values()
             .filter(|m| {
-                now.duration_since(m.last_seen) > cfg.session_timeout
+                let session = match &m.classic {
+                    Some(c) => Duration::from_millis(c.session_timeout_ms.max(0) as u64),
+                    None => cfg.session_timeout,
+                };
+                now.duration_since(m.last_seen) > session
                     || m.revoke_deadline.is_some_and(|d| now >= d)
+                    || m.classic_deadline.is_some_and(|d| now >= d)
             })
             .map(|m| m.id.clone())
             .collect()
@@ -883,6 +916,7 @@ impl ConsumerGroup {
         m.subscribed_regex = v.subscribed_topic_regex;
         m.rebalance_timeout_ms = v.rebalance_timeout_ms;
         m.server_assignor = v.server_assignor;
+        m.classic = v.classic;
     }
 
     pub fn restore_target(&mut self, id: &str, v: Option<TopicPartitions>) {
@@ -927,6 +961,414 @@ impl ConsumerGroup {
                 self.owners.insert(tp, m.id.clone());
             }
         }
+    }
+}
+
+/// What a classic member's JoinGroup gets back from a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicJoined {
+    pub member_id: String,
+    /// The member's epoch, which classic members use as their generation.
+    pub generation: i32,
+    pub protocol_name: String,
+}
+
+/// Classic members of a consumer group (KIP-848's online migration): their
+/// JoinGroup, SyncGroup, Heartbeat and LeaveGroup are translated onto the
+/// member state machine above, so they get partitions from the server-side
+/// assignor and hand them over through the same reconciliation as
+/// consumer-protocol members. A rejoin stands in for the heartbeat that
+/// reports what the member owns; Heartbeat answers REBALANCE_IN_PROGRESS
+/// when the member has something to catch up with.
+impl ConsumerGroup {
+    /// Does every member speak the classic protocol (and is there one)?
+    pub fn only_classic_members(&self) -> bool {
+        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
+    }
+
+    /// Kafka's supportsClassicProtocols: the embedded consumer protocol, and
+    /// one protocol name every classic member supports.
+    fn supports_classic(&self, protocol_type: &str, protocols: &[(String, Bytes)]) -> bool {
+        if protocol_type != migration::CONSUMER_PROTOCOL_TYPE || protocols.is_empty() {
+            return false;
+        }
+        let classic: Vec<&ClassicMemberMetadata> = self
+            .members
+            .values()
+            .filter_map(|m| m.classic.as_ref())
+            .collect();
+        protocols.iter().any(|(name, _)| {
+            classic
+                .iter()
+                .all(|c| c.protocols.iter().any(|(n, _)| n == name))
+        })
+    }
+
+    /// The classic member a SyncGroup or Heartbeat names (Kafka's
+    /// validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol).
+    fn classic_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<&Member, CoordinatorError> {
+        let m = match instance_id {
+            Some(iid) => {
+                let id = self
+                    .static_member_id(iid)
+                    .ok_or(CoordinatorError::UnknownMemberId)?;
+                if id != member_id {
+                    return Err(CoordinatorError::FencedInstanceId);
+                }
+                &self.members[&id]
+            }
+            None => self
+                .members
+                .get(member_id)
+                .ok_or(CoordinatorError::UnknownMemberId)?,
+        };
+        if m.classic.is_none() {
+            return Err(CoordinatorError::UnknownMemberId);
+        }
+        Ok(m)
+    }
+
+    /// Is a partition of the member's target still held by another member?
+    fn waiting_on_unreleased(&self, m: &Member) -> bool {
+        let Some(target) = self.target.get(&m.id) else {
+            return false;
+        };
+        target.iter().flat_map(flatten).any(|(t, p)| {
+            !m.assigned.get(&t).is_some_and(|s| s.contains(&p))
+                && self.owners.get(&(t, p)).is_some_and(|o| *o != m.id)
+        })
+    }
+
+    /// JoinGroup from a classic member. New member ids come from `new_member_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn classic_join(
+        &mut self,
+        p: JoinParams,
+        now: Instant,
+        now_ms: i64,
+        topics: &Topics,
+        cfg: &ConsumerGroupConfig,
+        new_member_id: impl FnOnce() -> String,
+        records: &mut Records,
+    ) -> Result<ClassicJoined, CoordinatorError> {
+        if !self.supports_classic(&p.protocol_type, &p.protocols) {
+            return Err(CoordinatorError::InconsistentGroupProtocol);
+        }
+        let (first_name, first_metadata) = p.protocols[0].clone();
+        let subscription = migration::decode_subscription(&first_metadata)
+            .ok_or(CoordinatorError::InconsistentGroupProtocol)?;
+        let full = |members: &BTreeMap<String, Member>, id: &str| {
+            !members.contains_key(id) && members.len() >= cfg.max_size
+        };
+        let member_id = match &p.instance_id {
+            Some(iid) => match self.static_member_id(iid) {
+                Some(old) if p.member_id.is_empty() => {
+                    let id = new_member_id();
+                    self.take_over(&old, &id, now, records);
+                    id
+                }
+                Some(old) if old == p.member_id => old,
+                Some(_) => return Err(CoordinatorError::FencedInstanceId),
+                None if !p.member_id.is_empty() => return Err(CoordinatorError::UnknownMemberId),
+                None => new_member_id(),
+            },
+            None if p.member_id.is_empty() => {
+                let id = new_member_id();
+                if full(&self.members, &id) {
+                    return Err(CoordinatorError::GroupMaxSizeReached(cfg.max_size));
+                }
+                if p.require_known_member_id {
+                    return Err(CoordinatorError::MemberIdRequired(id));
+                }
+                id
+            }
+            None => p.member_id.clone(),
+        };
+        if full(&self.members, &member_id) {
+            return Err(CoordinatorError::GroupMaxSizeReached(cfg.max_size));
+        }
+        if self
+            .members
+            .get(&member_id)
+            .is_some_and(|m| m.classic.is_none())
+        {
+            return Err(CoordinatorError::UnknownMemberId);
+        }
+        let before = self
+            .members
+            .entry(member_id.clone())
+            .or_insert_with(|| Member::new(member_id.clone(), now))
+            .clone();
+        let m = self.members.get_mut(&member_id).expect("inserted");
+        m.last_seen = now;
+        if p.instance_id.is_some() {
+            m.instance_id = p.instance_id.clone();
+        }
+        if let Some(rack) = &subscription.rack_id {
+            m.rack_id = Some(rack.to_string());
+        }
+        m.rebalance_timeout_ms = p.rebalance_timeout.as_millis() as i32;
+        let mut names: Vec<String> = subscription.topics.iter().map(|t| t.to_string()).collect();
+        names.sort();
+        names.dedup();
+        m.subscribed_names = names;
+        m.subscribed_regex = None;
+        m.client_id = p.client_id.clone();
+        m.client_host = p.client_host.clone();
+        m.classic = Some(ClassicMemberMetadata {
+            session_timeout_ms: p.session_timeout.as_millis() as i32,
+            protocols: p.protocols.clone(),
+        });
+        m.classic_deadline = Some(now + p.rebalance_timeout);
+        let changed_subscription = m.subscribed_names != before.subscribed_names
+            || m.subscribed_regex != before.subscribed_regex;
+        if m.metadata_value() != before.metadata_value() {
+            records.push((
+                member_key(&self.id, &member_id, 5),
+                Some(m.metadata_value().encode()),
+            ));
+        }
+        self.empty_since_ms = now_ms;
+        self.refresh(changed_subscription, topics, cfg, records);
+        let mut owned = Assignment::new();
+        for tp in &subscription.owned_partitions {
+            if let Some(t) = topics.get(tp.topic.as_str()) {
+                owned
+                    .entry(t.id)
+                    .or_default()
+                    .extend(tp.partitions.iter().copied());
+            }
+        }
+        self.reconcile(&member_id, Some(&owned), now, records);
+        Ok(ClassicJoined {
+            generation: self.members[&member_id].epoch,
+            member_id,
+            protocol_name: first_name,
+        })
+    }
+
+    /// If a rebalance started since the member joined, it must rejoin first
+    /// (unless it is still revoking: that finishes with its next rejoin).
+    fn check_classic_rebalance(&mut self, id: &str, now: Instant) -> Result<(), CoordinatorError> {
+        let epoch = self.epoch;
+        let m = self.members.get_mut(id).expect("validated");
+        if epoch > m.epoch && m.state != MemberState::UnrevokedPartitions {
+            let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+            m.classic_deadline.get_or_insert(now + timeout);
+            return Err(CoordinatorError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// SyncGroup from a classic member: its current assignment, in the
+    /// embedded consumer protocol at the version it subscribed with.
+    #[allow(clippy::too_many_arguments)]
+    pub fn classic_sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        now: Instant,
+        topics: &Topics,
+    ) -> Result<(String, Bytes), CoordinatorError> {
+        let m = self.classic_member(member_id, instance_id)?;
+        if generation != m.epoch {
+            return Err(CoordinatorError::IllegalGeneration);
+        }
+        let (name, metadata) = m
+            .classic
+            .as_ref()
+            .and_then(|c| c.protocols.first().cloned())
+            .unwrap_or_default();
+        if protocol_type.is_some_and(|t| t != migration::CONSUMER_PROTOCOL_TYPE)
+            || protocol_name.is_some_and(|n| n != name)
+        {
+            return Err(CoordinatorError::InconsistentGroupProtocol);
+        }
+        let id = m.id.clone();
+        self.check_classic_rebalance(&id, now)?;
+        let m = self.members.get_mut(&id).expect("validated");
+        m.classic_deadline = None;
+        m.last_seen = now;
+        let version = migration::protocol_version(&metadata);
+        Ok((
+            name,
+            migration::encode_assignment(&m.assigned, topics, version),
+        ))
+    }
+
+    /// Heartbeat from a classic member: REBALANCE_IN_PROGRESS when it must
+    /// rejoin to catch up with the group epoch, finish revoking, or collect
+    /// partitions that have been released to it.
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: Instant,
+    ) -> Result<(), CoordinatorError> {
+        let m = self.classic_member(member_id, instance_id)?;
+        if generation != m.epoch {
+            return Err(CoordinatorError::IllegalGeneration);
+        }
+        let rejoin = m.epoch < self.epoch
+            || m.state == MemberState::UnrevokedPartitions
+            || (m.state == MemberState::UnreleasedPartitions && !self.waiting_on_unreleased(m));
+        let id = m.id.clone();
+        let m = self.members.get_mut(&id).expect("validated");
+        m.last_seen = now;
+        if rejoin {
+            let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+            m.classic_deadline.get_or_insert(now + timeout);
+            return Err(CoordinatorError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// LeaveGroup for one member (of either kind: the admin client removes
+    /// members this way too).
+    #[allow(clippy::too_many_arguments)]
+    pub fn classic_leave(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        now_ms: i64,
+        topics: &Topics,
+        cfg: &ConsumerGroupConfig,
+        records: &mut Records,
+    ) -> Result<(), CoordinatorError> {
+        let id = match instance_id {
+            Some(iid) => {
+                let id = self
+                    .static_member_id(iid)
+                    .ok_or(CoordinatorError::UnknownMemberId)?;
+                if !member_id.is_empty() && id != member_id {
+                    return Err(CoordinatorError::FencedInstanceId);
+                }
+                id
+            }
+            None if self.members.contains_key(member_id) => member_id.to_string(),
+            None => return Err(CoordinatorError::UnknownMemberId),
+        };
+        self.remove_members(&[id], now_ms, topics, cfg, records);
+        Ok(())
+    }
+
+    /// A classic group's members, as consumer-group members that keep their
+    /// assignment at epoch = the generation (Kafka's fromClassicGroup). The
+    /// records that write the new group out are appended to `records`.
+    pub fn from_classic(
+        g: &super::group::Group,
+        topics: &Topics,
+        now: Instant,
+        now_ms: i64,
+        records: &mut Records,
+    ) -> Result<ConsumerGroup, CoordinatorError> {
+        let mut cg = ConsumerGroup::new(&g.id, now_ms);
+        cg.epoch = g.generation;
+        cg.assignment_epoch = g.generation;
+        let protocol = g.protocol.clone();
+        for cm in g.members() {
+            let name = protocol
+                .clone()
+                .or_else(|| cm.protocols.first().map(|(n, _)| n.clone()))
+                .unwrap_or_default();
+            let subscription = migration::decode_subscription(&cm.metadata(&name))
+                .ok_or(CoordinatorError::GroupIdNotFound)?;
+            let mut assigned = Assignment::new();
+            for (topic, partitions) in migration::decode_assignment(&cm.assignment)
+                .ok_or(CoordinatorError::GroupIdNotFound)?
+            {
+                let Some(t) = topics.get(&topic) else {
+                    continue;
+                };
+                for p in partitions {
+                    // A partition keeps at most one owner, whatever a stale
+                    // assignment says.
+                    if let std::collections::hash_map::Entry::Vacant(e) = cg.owners.entry((t.id, p))
+                    {
+                        e.insert(cm.id.clone());
+                        assigned.entry(t.id).or_default().insert(p);
+                    }
+                }
+            }
+            let mut names: Vec<String> =
+                subscription.topics.iter().map(|t| t.to_string()).collect();
+            names.sort();
+            names.dedup();
+            let mut m = Member::new(cm.id.clone(), now);
+            m.instance_id = cm.instance_id.clone();
+            m.rack_id = subscription.rack_id.as_ref().map(|r| r.to_string());
+            m.client_id = cm.client_id.clone();
+            m.client_host = cm.client_host.clone();
+            m.subscribed_names = names;
+            m.rebalance_timeout_ms = cm.rebalance_timeout.as_millis() as i32;
+            m.epoch = g.generation;
+            m.previous_epoch = g.generation;
+            m.assigned = assigned.clone();
+            m.classic = Some(ClassicMemberMetadata {
+                session_timeout_ms: cm.session_timeout.as_millis() as i32,
+                protocols: cm.protocols.clone(),
+            });
+            cg.target.insert(cm.id.clone(), assigned);
+            cg.members.insert(cm.id.clone(), m);
+        }
+        for m in cg.members.values() {
+            records.push((
+                member_key(&cg.id, &m.id, 5),
+                Some(m.metadata_value().encode()),
+            ));
+        }
+        records.push((
+            RecordKey::ConsumerGroup {
+                group: cg.id.clone(),
+            },
+            Some(
+                ConsumerGroupValue {
+                    epoch: cg.epoch,
+                    metadata_hash: 0,
+                }
+                .encode(),
+            ),
+        ));
+        for (id, t) in &cg.target {
+            records.push((
+                member_key(&cg.id, id, 7),
+                Some(encode_target(&to_records(t))),
+            ));
+        }
+        records.push((
+            RecordKey::TargetAssignment {
+                group: cg.id.clone(),
+            },
+            Some(encode_assignment_epoch(cg.assignment_epoch)),
+        ));
+        for m in cg.members.values() {
+            records.push((
+                member_key(&cg.id, &m.id, 8),
+                Some(m.assignment_value().encode()),
+            ));
+        }
+        Ok(cg)
+    }
+
+    /// Tombstones of every record of the group and its members (the group
+    /// goes back to the classic protocol).
+    pub fn all_tombstones(&self) -> Records {
+        let mut records = Records::new();
+        for id in self.members.keys() {
+            for key in [8, 7, 5] {
+                records.push((member_key(&self.id, id, key), None));
+            }
+        }
+        records.extend(self.tombstones());
+        records
     }
 }
 

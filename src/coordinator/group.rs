@@ -219,6 +219,63 @@ impl Group {
         self.members.values()
     }
 
+    /// Answers every waiting JoinGroup and SyncGroup with
+    /// REBALANCE_IN_PROGRESS (the group is changing protocol; they rejoin).
+    pub fn fail_waiters(&mut self) {
+        for m in self.members.values_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(Err(CoordinatorError::RebalanceInProgress));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(Err(CoordinatorError::RebalanceInProgress));
+            }
+        }
+    }
+
+    /// The classic group a consumer group's classic members form when it
+    /// goes back to the classic protocol (Kafka's fromConsumerGroup): the
+    /// generation is the group epoch, each member's assignment its target,
+    /// and a rebalance starts at once so the members rejoin under the
+    /// classic protocol.
+    pub fn from_consumer(
+        cg: &super::consumer::ConsumerGroup,
+        topics: &super::consumer::Topics,
+        now: Instant,
+        now_ms: i64,
+        cfg: &CoordinatorConfig,
+    ) -> Group {
+        let mut g = Group::new(&cg.id, now_ms);
+        g.protocol_type = Some(super::migration::CONSUMER_PROTOCOL_TYPE.to_string());
+        g.generation = cg.epoch;
+        for m in cg.members() {
+            let Some(c) = &m.classic else { continue };
+            g.insert_member(Member {
+                id: m.id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout: Duration::from_millis(c.session_timeout_ms.max(0) as u64),
+                rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64),
+                protocols: c.protocols.clone(),
+                assignment: Bytes::new(),
+                last_seen: now,
+                join_waiter: None,
+                sync_waiter: None,
+            });
+        }
+        g.leader = g.members.values().next().map(|m| m.id.clone());
+        let protocol = g.select_protocol();
+        for m in g.members.values_mut() {
+            let version = super::migration::protocol_version(&m.metadata(&protocol));
+            let target = cg.target_of(&m.id).cloned().unwrap_or_default();
+            m.assignment = super::migration::encode_assignment(&target, topics, version);
+        }
+        g.protocol = Some(protocol);
+        g.state = GroupState::Stable;
+        g.prepare_rebalance(now, now_ms, cfg);
+        g
+    }
+
     /// Members under either protocol.
     pub fn has_members(&self) -> bool {
         !self.members.is_empty() || self.consumer.as_ref().is_some_and(|c| c.has_members())

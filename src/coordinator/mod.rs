@@ -13,6 +13,7 @@
 pub mod assignor;
 pub mod consumer;
 pub mod group;
+pub mod migration;
 pub mod records;
 pub mod store;
 
@@ -158,6 +159,8 @@ pub struct ConsumerMemberDescription {
     pub subscribed_topic_regex: Option<String>,
     pub assignment: NamedAssignment,
     pub target: NamedAssignment,
+    /// The member speaks the classic protocol.
+    pub classic: bool,
 }
 
 pub struct MemberDescription {
@@ -265,19 +268,62 @@ impl GroupCoordinator {
         {
             return Err(CoordinatorError::InvalidSessionTimeout);
         }
+        let mixed = {
+            let mut groups = self.groups.lock();
+            let group = groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
+            if let Some(cg) = &mut group.consumer {
+                // A consumer group with members takes the classic member in
+                // (online migration); an empty one becomes a classic group,
+                // as in Kafka.
+                if cg.has_members() {
+                    let topics = self.topics();
+                    let mut records = Vec::new();
+                    let client = params.client_id.clone();
+                    let random = &self.random;
+                    let joined = cg.classic_join(
+                        params,
+                        self.clock.now(),
+                        self.clock.now_ms(),
+                        &topics,
+                        &self.config.consumer,
+                        || format!("{client}-{}", random.uuid()),
+                        &mut records,
+                    );
+                    Err((joined, self.store.append(&records)?))
+                } else {
+                    self.store.append(&cg.tombstones())?;
+                    group.consumer = None;
+                    Ok(params)
+                }
+            } else {
+                Ok(params)
+            }
+        };
+        let params = match mixed {
+            Ok(params) => params,
+            Err((joined, end)) => {
+                self.store.durable(end).await?;
+                let j = joined?;
+                return Ok(group::JoinResult {
+                    generation: j.generation,
+                    protocol_type: Some(migration::CONSUMER_PROTOCOL_TYPE.to_string()),
+                    protocol_name: Some(j.protocol_name),
+                    leader: String::new(),
+                    member_id: j.member_id,
+                    members: Vec::new(),
+                });
+            }
+        };
         let pending = {
             let mut groups = self.groups.lock();
             let group = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
-            if let Some(cg) = &group.consumer {
-                // An empty consumer group becomes a classic one, as in Kafka;
-                // one with members cannot take classic members here.
-                if cg.has_members() {
-                    return Err(CoordinatorError::InconsistentGroupProtocol);
-                }
-                self.store.append(&cg.tombstones())?;
-                group.consumer = None;
+            if group.consumer.is_some() {
+                // A consumer-protocol member got in between: join again.
+                return Err(CoordinatorError::RebalanceInProgress);
             }
             let pending = group.join(
                 params,
@@ -309,6 +355,22 @@ impl GroupCoordinator {
             let Some(group) = groups.get_mut(group_id) else {
                 return Err(CoordinatorError::UnknownMemberId);
             };
+            if let Some(cg) = &mut group.consumer {
+                let (name, assignment) = cg.classic_sync(
+                    member_id,
+                    instance_id,
+                    generation,
+                    protocol_type,
+                    protocol_name,
+                    self.clock.now(),
+                    &self.topics(),
+                )?;
+                return Ok(group::SyncResult {
+                    protocol_type: Some(migration::CONSUMER_PROTOCOL_TYPE.to_string()),
+                    protocol_name: Some(name),
+                    assignment,
+                });
+            }
             let pending = group.sync(
                 member_id,
                 instance_id,
@@ -337,6 +399,9 @@ impl GroupCoordinator {
         let group = groups
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
+        if let Some(cg) = &mut group.consumer {
+            return cg.classic_heartbeat(member_id, instance_id, generation, self.clock.now());
+        }
         group.heartbeat(member_id, instance_id, generation, self.clock.now())
     }
 
@@ -352,6 +417,20 @@ impl GroupCoordinator {
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
         let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+        if let Some(cg) = &mut group.consumer {
+            let topics = self.topics();
+            let mut records = Vec::new();
+            let results = members
+                .iter()
+                .map(|(m, i)| {
+                    let cfg = &self.config.consumer;
+                    cg.classic_leave(m, i.as_deref(), now_ms, &topics, cfg, &mut records)
+                })
+                .collect();
+            migration::maybe_downgrade(group, &topics, &self.config, now, now_ms, &mut records);
+            self.store.append(&records)?;
+            return Ok(results);
+        }
         let results = members
             .iter()
             .map(|(m, i)| group.leave(m, i.as_deref(), now, now_ms, &self.config))
@@ -478,7 +557,10 @@ impl GroupCoordinator {
             .and_then(|id| cg.member(id))
             .ok_or(CoordinatorError::UnknownMemberId)?;
         if m.epoch != member_epoch {
-            return Err(CoordinatorError::StaleMemberEpoch);
+            return Err(match m.classic {
+                Some(_) => CoordinatorError::IllegalGeneration,
+                None => CoordinatorError::StaleMemberEpoch,
+            });
         }
         Ok(())
     }
@@ -522,6 +604,9 @@ impl GroupCoordinator {
                     .or_insert_with(|| Group::new(group_id, now_ms)),
                 None => return Err(CoordinatorError::GroupIdNotFound),
             };
+            if group.consumer.is_none() && joining && group.has_members() {
+                migration::upgrade(group, &topics, &self.config, now, now_ms, &mut records)?;
+            }
             if group.consumer.is_none() {
                 if !joining || group.has_members() {
                     return Err(CoordinatorError::GroupIdNotFound);
@@ -541,6 +626,7 @@ impl GroupCoordinator {
             }
             let cg = group.consumer.as_mut().expect("set above");
             let random = &self.random;
+            let leaving = params.member_epoch == consumer::LEAVE_EPOCH;
             let result = cg.heartbeat(
                 params,
                 now,
@@ -550,6 +636,9 @@ impl GroupCoordinator {
                 || random.uuid().to_string(),
                 &mut records,
             );
+            if leaving && result.is_ok() {
+                migration::maybe_downgrade(group, &topics, &self.config, now, now_ms, &mut records);
+            }
             (result, self.store.append(&records)?)
         };
         if !records.is_empty() {
@@ -601,6 +690,7 @@ impl GroupCoordinator {
                     subscribed_topic_regex: m.subscribed_regex.clone(),
                     assignment: named(&m.assigned),
                     target: cg.target_of(&m.id).map(&named).unwrap_or_default(),
+                    classic: m.classic.is_some(),
                 })
                 .collect(),
         })
@@ -824,6 +914,14 @@ impl GroupCoordinator {
                         &self.config.consumer,
                         &mut tombstones,
                     );
+                    migration::maybe_downgrade(
+                        g,
+                        topics,
+                        &self.config,
+                        now,
+                        now_ms,
+                        &mut tombstones,
+                    );
                 }
             }
             g.tick(now, now_ms, &self.config);
@@ -999,6 +1097,12 @@ fn check_consumer_commit(cg: &ConsumerGroup, who: &Committer) -> Result<(), Coor
     let m = cg
         .member(&who.member_id)
         .ok_or(CoordinatorError::UnknownMemberId)?;
+    if m.classic.is_some() {
+        return match who.generation == m.epoch {
+            true => Ok(()),
+            false => Err(CoordinatorError::IllegalGeneration),
+        };
+    }
     if who.version < 9 {
         return Err(CoordinatorError::UnsupportedVersion(
             "OffsetCommit version 9 or above must be used by members using the consumer group protocol".into(),

@@ -68,6 +68,50 @@ pub struct ConsumerMemberValue {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that speaks the classic protocol (tag 0).
+    pub classic: Option<ClassicMemberMetadata>,
+}
+
+/// What a classic member of a consumer group joined with: its session
+/// timeout and its (protocol name, metadata) pairs, in preference order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<(String, Bytes)>,
+}
+
+impl ClassicMemberMetadata {
+    fn encode(&self, b: &mut BytesMut) {
+        b.put_i32(self.session_timeout_ms);
+        put_uvarint(b, self.protocols.len() as u64 + 1);
+        for (name, metadata) in &self.protocols {
+            put_compact_opt_str(b, Some(name));
+            put_uvarint(b, metadata.len() as u64 + 1);
+            b.put_slice(metadata);
+            put_uvarint(b, 0);
+        }
+        put_uvarint(b, 0);
+    }
+
+    fn decode(b: &mut &[u8]) -> Result<ClassicMemberMetadata, RecordError> {
+        let session_timeout_ms = get_i32(b)?;
+        let count = get_compact_len(b)?;
+        let mut protocols = Vec::with_capacity(count.min(64));
+        for _ in 0..count {
+            let name = get_compact_opt_str(b)?.unwrap_or_default();
+            let len = get_compact_len(b)?;
+            need(b, len)?;
+            let metadata = Bytes::copy_from_slice(&b[..len]);
+            b.advance(len);
+            get_tagged(b)?;
+            protocols.push((name, metadata));
+        }
+        get_tagged(b)?;
+        Ok(ClassicMemberMetadata {
+            session_timeout_ms,
+            protocols,
+        })
+    }
 }
 
 /// ConsumerGroupCurrentMemberAssignmentValue (key 8).
@@ -347,7 +391,17 @@ impl ConsumerMemberValue {
         put_compact_opt_str(&mut b, self.subscribed_topic_regex.as_deref());
         b.put_i32(self.rebalance_timeout_ms);
         put_compact_opt_str(&mut b, self.server_assignor.as_deref());
-        put_uvarint(&mut b, 0);
+        match &self.classic {
+            Some(c) => {
+                let mut tagged = BytesMut::new();
+                c.encode(&mut tagged);
+                put_uvarint(&mut b, 1);
+                put_uvarint(&mut b, 0);
+                put_uvarint(&mut b, tagged.len() as u64);
+                b.put_slice(&tagged);
+            }
+            None => put_uvarint(&mut b, 0),
+        }
         b.freeze()
     }
 
@@ -366,8 +420,14 @@ impl ConsumerMemberValue {
         let subscribed_topic_regex = get_compact_opt_str(b)?;
         let rebalance_timeout_ms = get_i32(b)?;
         let server_assignor = get_compact_opt_str(b)?;
-        get_tagged(b)?;
+        let mut classic = None;
+        for (tag, mut data) in get_tagged(b)? {
+            if tag == 0 {
+                classic = Some(ClassicMemberMetadata::decode(&mut data)?);
+            }
+        }
         Ok(ConsumerMemberValue {
+            classic,
             instance_id,
             rack_id,
             client_id,
@@ -680,8 +740,26 @@ mod tests {
             subscribed_topic_regex: Some("t.*".into()),
             rebalance_timeout_ms: 300_000,
             server_assignor: Some("range".into()),
+            classic: None,
         };
         assert_eq!(ConsumerMemberValue::decode(&m.encode()).unwrap(), m);
+        // A classic member's protocols ride in tag 0.
+        let classic = ConsumerMemberValue {
+            classic: Some(ClassicMemberMetadata {
+                session_timeout_ms: 45_000,
+                protocols: vec![
+                    ("range".into(), Bytes::from_static(b"\x00\x03sub")),
+                    ("cooperative-sticky".into(), Bytes::new()),
+                ],
+            }),
+            ..m.clone()
+        };
+        let encoded = classic.encode();
+        assert_eq!(ConsumerMemberValue::decode(&encoded).unwrap(), classic);
+        assert_eq!(
+            &encoded[..m.encode().len() - 1],
+            &m.encode()[..m.encode().len() - 1]
+        );
         let id = Uuid::from_u128(42);
         let tps = vec![(id, vec![0, 2]), (Uuid::from_u128(7), vec![])];
         assert_eq!(decode_target(&encode_target(&tps)).unwrap(), tps);

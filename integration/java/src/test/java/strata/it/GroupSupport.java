@@ -297,7 +297,7 @@ final class GroupSupport {
    * A group member in its own JVM, so the test can kill it with SIGKILL (a real crash: no
    * LeaveGroup, no more heartbeats). Prints "A <partitions>" on assignment, "R p o key value" per
    * record processed, "C" after each successful commitSync.
-   * Args: bootstrap topic group sessionTimeoutMs
+   * Args: bootstrap topic group sessionTimeoutMs [classic|consumer]
    */
   static final class MemberMain {
     public static void main(String[] args) {
@@ -313,6 +313,12 @@ final class GroupSupport {
       int st = Integer.parseInt(args[3]);
       p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, String.valueOf(st));
       p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, String.valueOf(Math.max(100, st / 4)));
+      if (args.length > 4 && args[4].equalsIgnoreCase("consumer")) {
+        // The consumer protocol takes its session and heartbeat from the broker.
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+      }
       try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(p)) {
         c.subscribe(List.of(args[1]), new ConsumerRebalanceListener() {
           @Override
@@ -363,6 +369,12 @@ final class GroupSupport {
 
     ProcessMember(String name, Ledger ledger, String bootstrap, String topic, String group, int sessionTimeoutMs)
         throws IOException {
+      this(name, ledger, bootstrap, topic, group, sessionTimeoutMs, "classic");
+    }
+
+    /** groupProtocol: "classic" or "consumer". */
+    ProcessMember(String name, Ledger ledger, String bootstrap, String topic, String group, int sessionTimeoutMs,
+        String groupProtocol) throws IOException {
       this.name = name;
       this.ledger = ledger;
       List<String> cmd = new ArrayList<>();
@@ -372,7 +384,7 @@ final class GroupSupport {
       cmd.add("-cp");
       cmd.add(CliToolsTest.classpath());
       cmd.add(MemberMain.class.getName());
-      cmd.addAll(List.of(bootstrap, topic, group, String.valueOf(sessionTimeoutMs)));
+      cmd.addAll(List.of(bootstrap, topic, group, String.valueOf(sessionTimeoutMs), groupProtocol));
       process = new ProcessBuilder(cmd).start();
       reader = new Thread(this::read, "reader-" + name);
       reader.setDaemon(true);
