@@ -19,6 +19,8 @@
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
 //! `config` holds the command line, which only `server` and `main` read;
+//! `metrics` the latency histograms lower layers record into, which only
+//! `server` names and exports over HTTP;
 //! time and random ids come from `clock`, handed down from the server, so
 //! timeouts and retention can be tested without waiting for them.
 
@@ -32,6 +34,7 @@ pub(crate) mod coordinator;
 pub mod format;
 pub mod log;
 pub mod manifest;
+pub mod metrics;
 pub mod server;
 pub mod tier;
 pub mod wal;
