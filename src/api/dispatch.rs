@@ -139,7 +139,9 @@ fn ready<Req, Resp: Encodable + ErrorCodes>(
     handler: impl FnOnce(&Arc<Broker>, Req, &Ctx<'_>) -> Resp,
 ) -> Reply {
     let response = handler(broker, request, &cx);
-    cx.count_errors(broker)(&response);
+    if let Some(m) = &broker.metrics {
+        response.each_error(&mut |code| m.error(cx.key, cx.version, code));
+    }
     ready_frame(cx.encoder().frame(&response))
 }
 

@@ -59,8 +59,8 @@ pub struct RequestCounts {
     pub deletes: AtomicU64,
     pub copies: AtomicU64,
     errors: [AtomicU64; 5],
-    /// Until the answer (a LIST: until its stream starts; an upload in
-    /// parts: until it is started).
+    /// Until the answer (a streamed LIST: until its end; an upload in parts:
+    /// until it is started).
     latency: [Timer; 5],
 }
 
@@ -76,7 +76,9 @@ impl RequestCounts {
         .load(Relaxed)
     }
 
-    /// Requests the store answered with an error (not found included).
+    /// Requests that failed, other than with an answer about the object
+    /// itself (not found, already exists, precondition failed), which the
+    /// manifest protocol expects all the time.
     pub fn errors(&self, op: Op) -> u64 {
         self.errors[op as usize].load(Relaxed)
     }
@@ -123,30 +125,48 @@ impl Counted {
     }
 }
 
+/// An error that is the store's answer about an object, not a failure.
+fn is_answer(e: &object_store::Error) -> bool {
+    use object_store::Error::*;
+    matches!(
+        e,
+        NotFound { .. } | AlreadyExists { .. } | Precondition { .. } | NotModified { .. }
+    )
+}
+
 impl Counted {
     async fn timed<T>(&self, op: Op, request: impl Future<Output = Result<T>>) -> Result<T> {
         let started = Instant::now();
         let result = request.await;
         self.counts.latency(op).observe(started.elapsed());
-        if result.is_err() {
+        if result.as_ref().is_err_and(|e| !is_answer(e)) {
             self.counts.failed(op);
         }
         result
     }
 
-    /// A listing whose failures (reported by the stream) are counted.
+    /// A listing whose failures (reported by the stream) are counted, timed
+    /// until its end.
     fn counted_list(
         &self,
         listing: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let counts = self.counts.clone();
-        listing
-            .inspect(move |item| {
-                if item.is_err() {
-                    counts.failed(Op::List);
+        let state = (listing, Instant::now(), self.counts.clone());
+        futures::stream::unfold(state, |(mut listing, started, counts)| async move {
+            match listing.next().await {
+                Some(item) => {
+                    if item.as_ref().is_err_and(|e| !is_answer(e)) {
+                        counts.failed(Op::List);
+                    }
+                    Some((item, (listing, started, counts)))
                 }
-            })
-            .boxed()
+                None => {
+                    counts.latency(Op::List).observe(started.elapsed());
+                    None
+                }
+            }
+        })
+        .boxed()
     }
 }
 
@@ -196,10 +216,7 @@ impl ObjectStore for Counted {
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         self.counts.lists.fetch_add(1, Relaxed);
-        let started = Instant::now();
-        let listing = self.inner.list(prefix);
-        self.counts.latency(Op::List).observe(started.elapsed());
-        self.counted_list(listing)
+        self.counted_list(self.inner.list(prefix))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
@@ -243,22 +260,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn counts_failed_requests_and_times_every_one() {
-        let (store, counts) = Counted::wrap(Arc::new(InMemory::new()));
+    async fn counts_failed_requests_but_not_answers_and_times_every_one() {
+        let faulty = Arc::new(super::super::fault::FaultyStore::new(Arc::new(
+            InMemory::new(),
+        )));
+        let (store, counts) = Counted::wrap(faulty.clone());
         let key = Path::from("a/b");
-        assert!(store.get(&key).await.is_err());
+        assert!(store.get(&key).await.is_err(), "not found: an answer");
         store
             .put(&key, PutPayload::from_static(b"hello"))
             .await
             .unwrap();
-        store.get(&key).await.unwrap();
+        let create = PutOptions::from(object_store::PutMode::Create);
+        let again = store.put_opts(&key, PutPayload::from_static(b"x"), create);
+        assert!(again.await.is_err(), "already exists: an answer");
+        faulty.set(super::super::fault::Fault::Fail);
+        assert!(store.get(&key).await.is_err());
         assert_eq!(counts.requests(Op::Get), 2);
         assert_eq!(counts.errors(Op::Get), 1);
+        assert_eq!(counts.requests(Op::Put), 2);
         assert_eq!(counts.errors(Op::Put), 0);
         let mut text = String::new();
         let mut registry = prometheus_client::registry::Registry::default();
+        faulty.set(super::super::fault::Fault::None);
+        assert_eq!(store.list(None).collect::<Vec<_>>().await.len(), 1);
         registry.register("get", "", counts.latency(Op::Get).histogram());
+        registry.register("list", "", counts.latency(Op::List).histogram());
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("get_count 2"), "{text}");
+        assert!(text.contains("list_count 1"), "{text}");
     }
 }

@@ -167,16 +167,21 @@ impl Scraped {
         family(
             e,
             "strata_store_request_errors",
-            "Requests to the object store that failed (not found included), by operation",
+            "Requests to the object store that failed (not found, already exists and precondition failed are answers, not failures), by operation",
             MetricType::Counter,
             ops(&|op| self.store.errors(op)),
         )?;
         family(
             e,
             "strata_store_request_latency_seconds",
-            "Latency of requests to the object store, by operation (LIST: until the listing starts)",
+            "Latency of requests to the object store, by operation (LIST: until its last page)",
             MetricType::Histogram,
-            Op::ALL.map(|op| ([("operation", op.name())], self.store.latency(op).histogram())),
+            Op::ALL.map(|op| {
+                (
+                    [("operation", op.name())],
+                    self.store.latency(op).histogram(),
+                )
+            }),
         )?;
         counter(
             e,
