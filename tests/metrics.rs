@@ -180,6 +180,30 @@ async fn metrics_show_the_traffic_just_generated() {
     // The cluster id, at least, was written to the store at start-up.
     assert!(value(&m, "strata_store_requests_total", &[("operation", "put")]) >= 1.0);
     assert!(value(&m, "strata_connections_accepted_total", &[]) >= 3.0);
+    // Every metric the README lists is there (write amplification only once
+    // something was uploaded).
+    for name in [
+        "strata_request_latency_seconds",
+        "strata_connections_open",
+        "strata_tier_upload_backlog_bytes",
+        "strata_tier_upload_backlog_segments",
+        "strata_tier_upload_latency_seconds",
+        "strata_tier_segments_uploaded_total",
+        "strata_tier_bytes_uploaded_total",
+        "strata_tier_upload_failures_total",
+        "strata_store_request_errors_total",
+        "strata_store_request_latency_seconds",
+        "strata_store_put_bytes_total",
+        "strata_cache_hits_total",
+        "strata_cache_misses_total",
+        "strata_cache_hit_ratio",
+        "strata_compaction_jobs_outstanding",
+        "strata_compaction_merges_total",
+        "strata_compaction_input_bytes_total",
+        "strata_compaction_output_bytes_total",
+    ] {
+        assert!(m.docs.contains_key(name), "{name} missing");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
