@@ -374,6 +374,41 @@ mod tests {
         assert_eq!(text.matches("strata_request_errors_total{").count(), 1);
     }
 
+    /// What the metrics add to one Produce request, measured directly (the
+    /// end-to-end comparison in `scripts/bench-metrics` is at the mercy of
+    /// the machine's load): counting it, two clock reads, the latency
+    /// observation and the walk over its response's error codes, on one
+    /// thread and on two sharing the same counters.
+    #[test]
+    #[ignore = "a measurement, run by scripts/bench-metrics"]
+    fn per_request_cost() {
+        use kafka_protocol::messages::produce_response::*;
+        let m = std::sync::Arc::new(RequestMetrics::new());
+        let response = ProduceResponse::default()
+            .with_responses(vec![TopicProduceResponse::default()
+                .with_partition_responses(vec![PartitionProduceResponse::default()])]);
+        const N: u32 = 2_000_000;
+        let run = |m: &RequestMetrics| {
+            let started = std::time::Instant::now();
+            for _ in 0..N {
+                let arrived = std::time::Instant::now();
+                assert!(m.request(ApiKey::Produce as i16, 9));
+                response.each_error(&mut |code| m.error(ApiKey::Produce as i16, 9, code));
+                m.latency(ApiKey::Produce as i16, arrived.elapsed());
+            }
+            started.elapsed().as_nanos() as f64 / N as f64
+        };
+        let alone = run(&m);
+        let shared: Vec<f64> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..2).map(|_| s.spawn(|| run(&m))).collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        println!(
+            "metrics per Produce request: {alone:.0} ns on one thread, {:.0} ns each on two sharing the counters",
+            shared.iter().sum::<f64>() / shared.len() as f64
+        );
+    }
+
     #[test]
     fn produce_errors_are_found_in_every_partition() {
         use kafka_protocol::messages::produce_response::*;
