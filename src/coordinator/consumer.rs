@@ -981,9 +981,16 @@ pub struct ClassicJoined {
 /// reports what the member owns; Heartbeat answers REBALANCE_IN_PROGRESS
 /// when the member has something to catch up with.
 impl ConsumerGroup {
-    /// Does every member speak the classic protocol (and is there one)?
-    pub fn only_classic_members(&self) -> bool {
-        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
+    /// Once the `leaving` members are gone, will there be members left, all
+    /// of them speaking the classic protocol?
+    pub fn only_classic_members_without(&self, leaving: &[String]) -> bool {
+        let mut rest = self.members.values().filter(|m| !leaving.contains(&m.id));
+        let mut any = false;
+        let all = rest.all(|m| {
+            any = true;
+            m.classic.is_some()
+        });
+        any && all
     }
 
     /// Kafka's supportsClassicProtocols: the embedded consumer protocol, and
@@ -1231,19 +1238,14 @@ impl ConsumerGroup {
         Ok(())
     }
 
-    /// LeaveGroup for one member (of either kind: the admin client removes
-    /// members this way too).
-    #[allow(clippy::too_many_arguments)]
-    pub fn classic_leave(
-        &mut self,
+    /// The member a LeaveGroup names (of either kind: the admin client
+    /// removes members this way too).
+    pub fn leaving_member(
+        &self,
         member_id: &str,
         instance_id: Option<&str>,
-        now_ms: i64,
-        topics: &Topics,
-        cfg: &ConsumerGroupConfig,
-        records: &mut Records,
-    ) -> Result<(), CoordinatorError> {
-        let id = match instance_id {
+    ) -> Result<String, CoordinatorError> {
+        match instance_id {
             Some(iid) => {
                 let id = self
                     .static_member_id(iid)
@@ -1251,13 +1253,11 @@ impl ConsumerGroup {
                 if !member_id.is_empty() && id != member_id {
                     return Err(CoordinatorError::FencedInstanceId);
                 }
-                id
+                Ok(id)
             }
-            None if self.members.contains_key(member_id) => member_id.to_string(),
-            None => return Err(CoordinatorError::UnknownMemberId),
-        };
-        self.remove_members(&[id], now_ms, topics, cfg, records);
-        Ok(())
+            None if self.members.contains_key(member_id) => Ok(member_id.to_string()),
+            None => Err(CoordinatorError::UnknownMemberId),
+        }
     }
 
     /// A classic group's members, as consumer-group members that keep their

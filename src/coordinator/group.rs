@@ -236,9 +236,10 @@ impl Group {
     /// goes back to the classic protocol (Kafka's fromConsumerGroup): the
     /// generation is the group epoch, each member's assignment its target,
     /// and a rebalance starts at once so the members rejoin under the
-    /// classic protocol.
+    /// classic protocol. The `leaving` members are left out.
     pub fn from_consumer(
         cg: &super::consumer::ConsumerGroup,
+        leaving: &[String],
         topics: &super::consumer::Topics,
         now: Instant,
         now_ms: i64,
@@ -247,7 +248,7 @@ impl Group {
         let mut g = Group::new(&cg.id, now_ms);
         g.protocol_type = Some(super::migration::CONSUMER_PROTOCOL_TYPE.to_string());
         g.generation = cg.epoch;
-        for m in cg.members() {
+        for m in cg.members().filter(|m| !leaving.contains(&m.id)) {
             let Some(c) = &m.classic else { continue };
             g.insert_member(Member {
                 id: m.id.clone(),

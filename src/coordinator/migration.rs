@@ -186,11 +186,14 @@ pub fn upgrade(
     Ok(())
 }
 
-/// After members left a consumer group: if only classic members remain and
-/// the policy allows, the group becomes a classic group again and
-/// rebalances (Kafka's convertToClassicGroup). Returns whether it did.
-pub fn maybe_downgrade(
+/// Before the `leaving` members are removed from a consumer group: if only
+/// classic members would remain and the policy allows, the group becomes a
+/// classic group of them instead, at the same epoch, and rebalances (Kafka's
+/// validateOnlineDowngradeWithFencedMembers and convertToClassicGroup).
+/// Returns whether it did; if not, the caller removes the members.
+pub fn downgrade_without(
     group: &mut Group,
+    leaving: &[String],
     topics: &Topics,
     cfg: &CoordinatorConfig,
     now: std::time::Instant,
@@ -200,11 +203,14 @@ pub fn maybe_downgrade(
     let Some(cg) = &group.consumer else {
         return false;
     };
-    if !cg.only_classic_members() || !cfg.consumer.migration.downgrade_enabled() {
+    if leaving.is_empty()
+        || !cg.only_classic_members_without(leaving)
+        || !cfg.consumer.migration.downgrade_enabled()
+    {
         return false;
     }
     records.extend(cg.all_tombstones());
-    let mut classic = Group::from_consumer(cg, topics, now, now_ms, cfg);
+    let mut classic = Group::from_consumer(cg, leaving, topics, now, now_ms, cfg);
     classic.offsets = std::mem::take(&mut group.offsets);
     records.push((
         RecordKey::Group {
@@ -504,6 +510,11 @@ mod tests {
         assert_eq!(d.state, "PreparingRebalance");
         assert_eq!(d.members.len(), 1);
         assert_eq!(d.members[0].member_id, a.member_id);
+        // At the epoch it had: the classic member is told to rejoin, not fenced.
+        assert_eq!(
+            c.heartbeat("g", &a.member_id, None, a.generation),
+            Err(CoordinatorError::RebalanceInProgress)
+        );
         let rejoined = c.join("g", join_params(&a.member_id, &[])).await.unwrap();
         assert_eq!(rejoined.leader, a.member_id, "a leads the classic group");
         assert!(rejoined.generation > a.generation);

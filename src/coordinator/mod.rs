@@ -417,19 +417,22 @@ impl GroupCoordinator {
             .get_mut(group_id)
             .ok_or(CoordinatorError::UnknownMemberId)?;
         let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
-        if let Some(cg) = &mut group.consumer {
+        if let Some(cg) = &group.consumer {
             let topics = self.topics();
             let mut records = Vec::new();
-            let results = members
+            let resolved: Vec<Result<String, CoordinatorError>> = members
                 .iter()
-                .map(|(m, i)| {
-                    let cfg = &self.config.consumer;
-                    cg.classic_leave(m, i.as_deref(), now_ms, &topics, cfg, &mut records)
-                })
+                .map(|(m, i)| cg.leaving_member(m, i.as_deref()))
                 .collect();
-            migration::maybe_downgrade(group, &topics, &self.config, now, now_ms, &mut records);
+            let ids: Vec<String> = resolved.iter().flatten().cloned().collect();
+            let cfg = &self.config;
+            if !migration::downgrade_without(group, &ids, &topics, cfg, now, now_ms, &mut records) {
+                if let Some(cg) = &mut group.consumer {
+                    cg.remove_members(&ids, now_ms, &topics, &cfg.consumer, &mut records);
+                }
+            }
             self.store.append(&records)?;
-            return Ok(results);
+            return Ok(resolved.into_iter().map(|r| r.map(|_| ())).collect());
         }
         let results = members
             .iter()
@@ -624,21 +627,47 @@ impl GroupCoordinator {
                 group.offsets = offsets;
                 group.consumer = Some(ConsumerGroup::new(group_id, now_ms));
             }
-            let cg = group.consumer.as_mut().expect("set above");
-            let random = &self.random;
-            let leaving = params.member_epoch == consumer::LEAVE_EPOCH;
-            let result = cg.heartbeat(
-                params,
+            // The last consumer-protocol member leaving a group with classic
+            // members turns it classic at its current epoch.
+            let leaver = group
+                .consumer
+                .as_ref()
+                .and_then(|cg| cg.member(&params.member_id))
+                .filter(|m| {
+                    params.member_epoch == consumer::LEAVE_EPOCH
+                        && (params.instance_id.is_none() || params.instance_id == m.instance_id)
+                })
+                .map(|m| vec![m.id.clone()])
+                .unwrap_or_default();
+            let cfg = &self.config;
+            let result = if migration::downgrade_without(
+                group,
+                &leaver,
+                &topics,
+                cfg,
                 now,
                 now_ms,
-                &topics,
-                &self.config.consumer,
-                || random.uuid().to_string(),
                 &mut records,
-            );
-            if leaving && result.is_ok() {
-                migration::maybe_downgrade(group, &topics, &self.config, now, now_ms, &mut records);
-            }
+            ) {
+                Ok(HeartbeatResult {
+                    member_id: params.member_id,
+                    member_epoch: consumer::LEAVE_EPOCH,
+                    heartbeat_interval_ms: 0,
+                    assignment: None,
+                })
+            } else {
+                let cg = group.consumer.as_mut().expect("set above");
+                let random = &self.random;
+                cg.heartbeat(
+                    params,
+                    now,
+                    now_ms,
+                    &topics,
+                    &cfg.consumer,
+                    || random.uuid().to_string(),
+                    &mut records,
+                )
+            };
             (result, self.store.append(&records)?)
         };
         if !records.is_empty() {
@@ -902,26 +931,20 @@ impl GroupCoordinator {
         let mut tombstones = Vec::new();
         let mut topics = None;
         for g in groups.values_mut() {
-            if let Some(cg) = &mut g.consumer {
-                let expired = cg.expired(now, &self.config.consumer);
-                if !expired.is_empty() {
-                    tracing::info!(group = %cg.id, members = ?expired, "consumer group members expired");
-                    let topics = topics.get_or_insert_with(|| self.topics());
-                    cg.remove_members(
-                        &expired,
-                        now_ms,
-                        topics,
-                        &self.config.consumer,
-                        &mut tombstones,
-                    );
-                    migration::maybe_downgrade(
-                        g,
-                        topics,
-                        &self.config,
-                        now,
-                        now_ms,
-                        &mut tombstones,
-                    );
+            let expired = g
+                .consumer
+                .as_ref()
+                .map(|cg| cg.expired(now, &self.config.consumer))
+                .unwrap_or_default();
+            if !expired.is_empty() {
+                tracing::info!(group = %g.id, members = ?expired, "consumer group members expired");
+                let topics = topics.get_or_insert_with(|| self.topics());
+                let cfg = &self.config;
+                let records = &mut tombstones;
+                if !migration::downgrade_without(g, &expired, topics, cfg, now, now_ms, records) {
+                    if let Some(cg) = &mut g.consumer {
+                        cg.remove_members(&expired, now_ms, topics, &cfg.consumer, records);
+                    }
                 }
             }
             g.tick(now, now_ms, &self.config);

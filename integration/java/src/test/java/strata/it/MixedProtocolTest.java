@@ -22,6 +22,8 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import strata.it.CliToolsTest.Result;
 import strata.it.GroupSupport.Ledger;
 import strata.it.GroupSupport.Member;
@@ -52,6 +54,15 @@ class MixedProtocolTest {
     return GroupSupport.consumerProps(Kafka.bootstrap(), group, Map.of(
         ConsumerConfig.GROUP_PROTOCOL_CONFIG, GroupProtocol.CLASSIC.name(),
         ConsumerConfig.CLIENT_ID_CONFIG, clientId));
+  }
+
+  /** A classic member with only the given client-side assignor (eager range, or cooperative). */
+  static Properties classic(String group, String clientId, String assignor) {
+    Properties p = classic(group, clientId);
+    p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignor.equals("cooperative-sticky")
+        ? org.apache.kafka.clients.consumer.CooperativeStickyAssignor.class.getName()
+        : org.apache.kafka.clients.consumer.RangeAssignor.class.getName());
+    return p;
   }
 
   static Properties consumer(String group, String clientId) {
@@ -121,14 +132,15 @@ class MixedProtocolTest {
     assertEquals("classic,consumer", config.get("group.coordinator.rebalance.protocols").value());
   }
 
-  @Test
-  void aConsumerMemberUpgradesAClassicGroupAndLeavingDowngradesIt() throws Exception {
+  @ParameterizedTest(name = "{0}")
+  @ValueSource(strings = {"range", "cooperative-sticky"})
+  void aConsumerMemberUpgradesAClassicGroupAndLeavingDowngradesIt(String assignor) throws Exception {
     String t = Kafka.topic("mix-up");
     String g = Kafka.topic("mix-up-group");
     Kafka.createTopic(admin, t, 4, Map.of());
     Ledger ledger = new Ledger();
     int per = 25;
-    try (Member c = new Member("classic", ledger, classic(g, "classic-client"), List.of(t)).start()) {
+    try (Member c = new Member("classic", ledger, classic(g, "classic-client", assignor), List.of(t)).start()) {
       awaitSplit("the classic member owns all 4", 4, new int[] {4}, c);
       assertEquals(GroupType.CLASSIC, type(g));
       produce(t, 0, 4 * per);
@@ -159,7 +171,11 @@ class MixedProtocolTest {
       assertEquals(GroupType.CLASSIC, describe(g).type());
       produce(t, 8 * per, 4 * per);
       awaitConsumed("third batch", g, ledger, 12 * per, c);
-      GroupsTest.checkLedger(ledger, 12 * per, "upgrade and downgrade");
+      GroupsTest.checkLedger(ledger, 12 * per, "upgrade and downgrade, classic member with " + assignor);
+      if (assignor.equals("cooperative-sticky")) {
+        // Cooperative: the classic member gave up two partitions and kept the others throughout.
+        assertTrue(c.lostCalls.get() == 0, c.toString());
+      }
     }
   }
 
