@@ -24,6 +24,7 @@ mod produce;
 mod producer_id;
 mod quorum;
 mod topics;
+mod txn_markers;
 mod versions;
 
 use std::future::Future;
