@@ -22,6 +22,7 @@ mod offsets;
 mod partitions;
 mod produce;
 mod producer_id;
+mod producers;
 mod quorum;
 mod topics;
 mod txn_markers;
