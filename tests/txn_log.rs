@@ -534,3 +534,60 @@ async fn describe_producers_shows_epochs_sequences_and_open_transactions() {
     assert_eq!(parts[1].error_code, unknown);
     assert_eq!(resp.topics[1].partitions[0].error_code, unknown);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_rebuilds_open_and_aborted_transactions_from_the_write_ahead_log() {
+    use common::cluster::{create_topic, wait_for_leaders, Cluster};
+    let Some(mut cluster) = Cluster::start(&[1, 2]).await else {
+        return;
+    };
+    create_topic(&cluster.bootstrap(), "ctx", 1, &[]).await;
+    let leader = wait_for_leaders(&cluster.bootstrap(), "ctx", 1, |_| true).await[&0];
+    let mut raw = Raw::connect(cluster.bootstrap_of(leader).parse().unwrap()).await;
+    let (a, b) = (
+        init_producer_id(&mut raw).await,
+        init_producer_id(&mut raw).await,
+    );
+    assert_eq!(
+        produce(&mut raw, "ctx", 0, txn_batch(&["a0", "a1"], a, 0, 0)).await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce(&mut raw, "ctx", 0, txn_batch(&["b0"], b, 0, 0)).await,
+        (0, 2)
+    );
+    // Acknowledged once in the write-ahead log, like acks=all.
+    assert_eq!(marker(&mut raw, (a, 0), false, 0, "ctx", &[0]).await, [0]);
+    assert_eq!(
+        produce(&mut raw, "ctx", 0, txn_batch(&["b1"], b, 0, 1)).await,
+        (0, 4)
+    );
+    cluster.kill9(leader);
+
+    let other = if leader == 1 { 2 } else { 1 };
+    let bootstrap = cluster.bootstrap_of(other);
+    wait_for_leaders(&bootstrap, "ctx", 1, |l| l[&0] == other).await;
+    let mut raw = Raw::connect(bootstrap.parse().unwrap()).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fetch(&mut raw, "ctx", 0, 1).await.error_code != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new leader never served"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // b's transaction is still open at offset 2; a's aborted one is named.
+    let (values, aborted, lso) = read_committed(&mut raw, "ctx", 0).await;
+    assert!(values.is_empty(), "{values:?}");
+    assert_eq!((aborted, lso), (vec![(a, 0)], 2));
+    // The new leader knows the coordinator epoch of a's marker...
+    assert_eq!(
+        marker(&mut raw, (a, 0), true, -1, "ctx", &[0]).await,
+        [ResponseError::TransactionCoordinatorFenced.code()]
+    );
+    // ...and b's transaction, which its marker now ends.
+    assert_eq!(marker(&mut raw, (b, 0), true, 0, "ctx", &[0]).await, [0]);
+    let (values, aborted, lso) = read_committed(&mut raw, "ctx", 0).await;
+    assert_eq!(values, ["b0", "b1"]);
+    assert_eq!((aborted, lso), (vec![(a, 0)], 6));
+}
