@@ -26,7 +26,7 @@ use crate::principal::Principal;
 
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
-    produce, producer_id, quorum, topics, versions, Broker, Reply,
+    produce, producer_id, producers, quorum, topics, txn_markers, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -129,6 +129,8 @@ pub const APIS: &[Api] = &[
     api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, _| partitions::describe_topic_partitions(b, r))),
     api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| consumer_groups::consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| consumer_groups::consumer_group_describe(b, r, cx.version))),
+    api!(WriteTxnMarkersRequest, 1..=1, later(|b, r, _| txn_markers::write_txn_markers(b.clone(), r))),
+    api!(DescribeProducersRequest, 0..=0, ready(|b, r, _| producers::describe_producers(b, r))),
 ];
 
 /// The entry serving `key` at `version`, if any.

@@ -23,8 +23,10 @@ mod offsets;
 mod partitions;
 mod produce;
 mod producer_id;
+mod producers;
 mod quorum;
 mod topics;
+mod txn_markers;
 mod versions;
 
 use std::future::Future;
