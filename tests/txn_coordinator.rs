@@ -352,6 +352,17 @@ async fn produce(
     seq: i32,
     value: &str,
 ) {
+    produce_to(raw, id, (topic, 0), producer, seq, value).await
+}
+
+async fn produce_to(
+    raw: &mut Raw,
+    id: &str,
+    (topic, partition): (&str, i32),
+    producer: (i64, i16),
+    seq: i32,
+    value: &str,
+) {
     let records = strata::format::batch::encode_transactional_batch(
         vec![(
             None,
@@ -369,7 +380,7 @@ async fn produce(
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(TopicName(s(topic)))
             .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
+                .with_index(partition)
                 .with_records(Some(records))])]);
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
@@ -377,20 +388,23 @@ async fn produce(
 
 /// (is control, producer id, control type or value) of every record of partition 0.
 async fn records(raw: &mut Raw, topic: &str) -> Vec<(bool, i64, String)> {
+    records_of(raw, topic, 0).await
+}
+
+async fn records_of(raw: &mut Raw, topic: &str, partition: i32) -> Vec<(bool, i64, String)> {
     let req = FetchRequest::default()
         .with_max_wait_ms(0)
         .with_max_bytes(1 << 20)
         .with_topics(vec![FetchTopic::default()
             .with_topic(TopicName(s(topic)))
             .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
+                .with_partition(partition)
                 .with_fetch_offset(0)
                 .with_partition_max_bytes(1 << 20)])]);
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
-    let mut data = resp.responses[0].partitions[0]
-        .records
-        .clone()
-        .unwrap_or_default();
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
+    let mut data = p.records.clone().unwrap_or_default();
     let mut out = Vec::new();
     for set in RecordBatchDecoder::decode_all(&mut data).unwrap() {
         for r in set.records {
@@ -616,4 +630,135 @@ async fn a_broker_killed_after_answering_end_txn_writes_the_markers_when_it_rest
         .iter()
         .all(|(id, pid, epoch, _)| id == "crashy" && (*pid, *epoch) == producer));
     drop(broker);
+}
+
+/// The port of the transaction coordinator FindCoordinator names (asking `via`).
+async fn coordinator_port(via: &str) -> Option<u16> {
+    let mut raw = Raw::connect(via.parse().unwrap()).await;
+    let found: FindCoordinatorResponse = raw
+        .call(
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_coordinator_keys(vec![s("spread")]),
+        )
+        .await;
+    let c = &found.coordinators[0];
+    (c.error_code == 0).then_some(c.port as u16)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_markers_reach_every_leader_and_a_new_coordinator_finishes_what_the_old_one_prepared(
+) {
+    let settings = common::cluster::Settings {
+        extra: vec!["--txn-marker-delay-ms".into(), "1500".into()],
+        ..Default::default()
+    };
+    let Some(mut cluster) = common::cluster::Cluster::start_with(&[1, 2, 3], settings).await else {
+        return;
+    };
+    let bootstrap = cluster.bootstrap();
+    common::cluster::create_topic(&bootstrap, "spread", 3, &[]).await;
+    let leaders = common::cluster::wait_for_leaders(&bootstrap, "spread", 3, |l| {
+        // Spread over the brokers, so that most markers go to another broker.
+        l.len() == 3 && l.values().collect::<BTreeSet<_>>().len() == 3
+    })
+    .await;
+    let node_of_port = |cluster: &common::cluster::Cluster, port: u16| {
+        cluster
+            .running()
+            .into_iter()
+            .find(|n| cluster.port(*n) == port)
+            .unwrap()
+    };
+    let first = bootstrap.split(',').next().unwrap().to_string();
+    let port = eventually("a transaction coordinator", || coordinator_port(&first)).await;
+    let coordinator = node_of_port(&cluster, port);
+    let addr_of = |cluster: &common::cluster::Cluster, node: i32| -> std::net::SocketAddr {
+        cluster.bootstrap_of(node).parse().unwrap()
+    };
+    // Two transactions over all three partitions, whatever their leaders:
+    // the first completes normally, the second is prepared and then its
+    // coordinator is killed before any marker is written.
+    let mut raw = Raw::connect(addr_of(&cluster, coordinator)).await;
+    let r = init(&mut raw, "spread", 60_000, 4).await;
+    assert_eq!(r.error_code, 0);
+    let producer = (r.producer_id.0, r.producer_epoch);
+    for (round, commit) in [(0, true), (1, false)] {
+        assert_eq!(
+            add_partitions(&mut raw, "spread", producer, "spread", vec![0, 1, 2], 3).await,
+            0
+        );
+        for (partition, leader) in &leaders {
+            let mut to_leader = Raw::connect(addr_of(&cluster, *leader)).await;
+            let value = format!("round {round} partition {partition}");
+            produce_to(
+                &mut to_leader,
+                "spread",
+                ("spread", *partition),
+                producer,
+                round,
+                &value,
+            )
+            .await;
+        }
+        assert_eq!(end(&mut raw, "spread", producer, commit, 3).await, 0);
+        if round == 0 {
+            let addr = addr_of(&cluster, coordinator);
+            eventually("the first transaction to complete", || async move {
+                (state_of(addr, "spread").await == "CompleteCommit").then_some(())
+            })
+            .await;
+        }
+    }
+    drop(raw);
+    cluster.kill9(coordinator);
+    // The partition of __transaction_state moves; its new leader replays the
+    // PrepareAbort and writes the markers the dead coordinator never sent.
+    let state_at = |cluster: &common::cluster::Cluster| {
+        let addrs: Vec<std::net::SocketAddr> = cluster
+            .running()
+            .iter()
+            .map(|n| addr_of(cluster, *n))
+            .collect();
+        async move {
+            for a in addrs {
+                let mut raw = Raw::connect(a).await;
+                let d = describe(&mut raw, "spread").await;
+                if d.error_code == 0 {
+                    return Some(d.transaction_state.to_string());
+                }
+            }
+            None
+        }
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if state_at(&cluster).await.as_deref() == Some("CompleteAbort") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new coordinator did not finish the abort"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every partition, wherever it is led now, holds both rounds and their markers.
+    let survivors = cluster.bootstrap();
+    let leaders = common::cluster::wait_for_leaders(&survivors, "spread", 3, |l| {
+        l.len() == 3 && l.values().all(|n| *n != coordinator)
+    })
+    .await;
+    for (partition, leader) in leaders {
+        let mut raw = Raw::connect(addr_of(&cluster, leader)).await;
+        let got = records_of(&mut raw, "spread", partition).await;
+        let want = vec![
+            (false, producer.0, format!("round 0 partition {partition}")),
+            (true, producer.0, "COMMIT".to_string()),
+            (false, producer.0, format!("round 1 partition {partition}")),
+            (true, producer.0, "ABORT".to_string()),
+        ];
+        assert_eq!(got, want, "partition {partition}");
+    }
 }
