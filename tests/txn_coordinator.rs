@@ -661,8 +661,8 @@ async fn in_a_cluster_markers_reach_every_leader_and_a_new_coordinator_finishes_
     let bootstrap = cluster.bootstrap();
     common::cluster::create_topic(&bootstrap, "spread", 3, &[]).await;
     let leaders = common::cluster::wait_for_leaders(&bootstrap, "spread", 3, |l| {
-        // Spread over the brokers, so that most markers go to another broker.
-        l.len() == 3 && l.values().collect::<BTreeSet<_>>().len() == 3
+        // Spread over the brokers, so that markers go to other brokers.
+        l.len() == 3 && l.values().collect::<BTreeSet<_>>().len() >= 2
     })
     .await;
     let node_of_port = |cluster: &common::cluster::Cluster, port: u16| {
