@@ -321,6 +321,26 @@ error_codes! {
         }
     };
     ListPartitionReassignmentsResponse => |r, f| f(r.error_code);
+    AddPartitionsToTxnResponse => |r, f| {
+        f(r.error_code);
+        let topics = r.results_by_transaction.iter().flat_map(|t| &t.topic_results);
+        for t in topics.chain(&r.results_by_topic_v3_and_below) {
+            t.results_by_partition.iter().for_each(|p| f(p.partition_error_code));
+        }
+    };
+    AddOffsetsToTxnResponse => |r, f| f(r.error_code);
+    EndTxnResponse => |r, f| f(r.error_code);
+    TxnOffsetCommitResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
+    ListTransactionsResponse => |r, f| f(r.error_code);
+    WriteTxnMarkersResponse => |r, f| for t in r.markers.iter().flat_map(|m| &m.topics) {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DescribeProducersResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
     DescribeQuorumResponse => |r, f| {
         f(r.error_code);
         for t in &r.topics {

@@ -23,6 +23,7 @@ use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use super::error::log_error_code;
 use super::produce::{acks_all_waits, durable_timeout, wait_durable};
 use super::Broker;
+use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::format::control::EndTxnMarker;
 use crate::log::Partition;
 
@@ -38,6 +39,11 @@ pub async fn write_txn_markers(
     // (marker, topic, partition) of each append to wait for.
     let mut waits: Vec<(usize, usize, usize, Arc<Partition>, i64)> = Vec::new();
     let mut markers = Vec::with_capacity(req.markers.len());
+    let committed: Vec<(i64, bool)> = req
+        .markers
+        .iter()
+        .map(|m| (m.producer_id.0, m.transaction_result))
+        .collect();
     for (mi, m) in req.markers.into_iter().enumerate() {
         let marker = EndTxnMarker {
             commit: m.transaction_result,
@@ -98,6 +104,16 @@ pub async fn write_txn_markers(
     for ((mi, ti, pi, _, _), code) in waits.iter().zip(codes) {
         if code != 0 {
             markers[*mi].topics[*ti].partitions[*pi].error_code = code;
+        }
+    }
+    // A marker in `__consumer_offsets` makes the transaction's offsets
+    // (TxnOffsetCommit) the group's, or drops them.
+    for (m, result) in committed.iter().zip(&markers) {
+        let written = result.topics.iter().any(|t| {
+            t.name.0.as_str() == OFFSETS_TOPIC && t.partitions.iter().any(|p| p.error_code == 0)
+        });
+        if written {
+            broker.coordinator.complete_transaction(m.0, m.1);
         }
     }
     WriteTxnMarkersResponse::default().with_markers(markers)
