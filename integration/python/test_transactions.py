@@ -75,6 +75,15 @@ def read_kafka_python(bootstrap, topic, isolation, partitions=PARTITIONS):
         c.close()
 
 
+def assert_reads(want, read, *args):
+    """Asserts what read(*args) returns, retrying for a while: the COMMIT/ABORT markers that move
+    the LSO are written after EndTxn's answer."""
+    deadline = time.monotonic() + TIMEOUT
+    while (got := read(*args)) != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert got == want, f"{read.__name__}{args[1:]}"
+
+
 def confluent_txn_producer(bootstrap, tid):
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
     p.init_transactions(TIMEOUT)
@@ -102,11 +111,11 @@ def test_confluent_commit_and_abort_read_back_by_read_committed_consumers(bootst
     p.commit_transaction(TIMEOUT)
 
     committed = sorted(values("c1", 40) + values("c2", 40))
-    assert read_confluent(bootstrap, topic_name, "read_committed") == committed
-    assert read_kafka_python(bootstrap, topic_name, "read_committed") == committed
+    assert_reads(committed, read_confluent, bootstrap, topic_name, "read_committed")
+    assert_reads(committed, read_kafka_python, bootstrap, topic_name, "read_committed")
     everything = sorted(committed + values("aborted", 40))
-    assert read_confluent(bootstrap, topic_name, "read_uncommitted") == everything
-    assert read_kafka_python(bootstrap, topic_name, "read_uncommitted") == everything
+    assert_reads(everything, read_confluent, bootstrap, topic_name, "read_uncommitted")
+    assert_reads(everything, read_kafka_python, bootstrap, topic_name, "read_uncommitted")
 
 
 @pytest.mark.timeout(90)
@@ -122,12 +131,15 @@ def test_confluent_open_transaction_holds_read_committed_readers_until_commit(bo
     plain.produce(topic_name, value=b"after", partition=0)
     plain.flush(TIMEOUT)
 
-    assert read_confluent(bootstrap, topic_name, "read_committed", 1) == ["before"]
-    assert read_kafka_python(bootstrap, topic_name, "read_committed", 1) == ["before"]
-    assert read_confluent(bootstrap, topic_name, "read_uncommitted", 1) == ["after", "before", "in-txn"]
+    assert_reads(["before"], read_confluent, bootstrap, topic_name, "read_committed", 1)
+    assert_reads(["before"], read_kafka_python, bootstrap, topic_name, "read_committed", 1)
+    assert_reads(["after", "before", "in-txn"], read_confluent, bootstrap, topic_name,
+                 "read_uncommitted", 1)
     p.commit_transaction(TIMEOUT)
-    assert read_confluent(bootstrap, topic_name, "read_committed", 1) == ["after", "before", "in-txn"]
-    assert read_kafka_python(bootstrap, topic_name, "read_committed", 1) == ["after", "before", "in-txn"]
+    assert_reads(["after", "before", "in-txn"], read_confluent, bootstrap, topic_name,
+                 "read_committed", 1)
+    assert_reads(["after", "before", "in-txn"], read_kafka_python, bootstrap, topic_name,
+                 "read_committed", 1)
 
 
 @pytest.mark.timeout(90)
@@ -150,10 +162,10 @@ def test_kafka_python_commit_and_abort_read_back_by_read_committed_consumers(boo
         p.close(timeout=10)
 
     committed = sorted(values("c1", 30) + values("c2", 30))
-    assert read_kafka_python(bootstrap, topic_name, "read_committed") == committed
-    assert read_confluent(bootstrap, topic_name, "read_committed") == committed
-    assert read_confluent(bootstrap, topic_name, "read_uncommitted") == sorted(
-        committed + values("aborted", 30))
+    assert_reads(committed, read_kafka_python, bootstrap, topic_name, "read_committed")
+    assert_reads(committed, read_confluent, bootstrap, topic_name, "read_committed")
+    assert_reads(sorted(committed + values("aborted", 30)), read_confluent, bootstrap, topic_name,
+                 "read_uncommitted")
 
 
 @pytest.mark.timeout(90)
@@ -177,7 +189,8 @@ def test_aiokafka_commit_and_abort_read_back_by_read_committed_consumers(bootstr
             await p.stop()
 
     asyncio.run(produce())
-    assert read_confluent(bootstrap, topic_name, "read_committed") == sorted(values("c1", 20))
-    assert read_kafka_python(bootstrap, topic_name, "read_committed") == sorted(values("c1", 20))
-    assert read_confluent(bootstrap, topic_name, "read_uncommitted") == sorted(
-        values("c1", 20) + values("aborted", 20))
+    assert_reads(sorted(values("c1", 20)), read_confluent, bootstrap, topic_name, "read_committed")
+    assert_reads(sorted(values("c1", 20)), read_kafka_python, bootstrap, topic_name,
+                 "read_committed")
+    assert_reads(sorted(values("c1", 20) + values("aborted", 20)), read_confluent, bootstrap,
+                 topic_name, "read_uncommitted")

@@ -134,7 +134,9 @@ class StreamsEosTest {
         throw new AssertionError(e.getMessage() + "\n" + broker.logs(), e);
       } finally {
         streams.close(Duration.ofSeconds(20));
-        streams.cleanUp();
+        try (var w = Files.walk(state)) {
+          w.sorted(java.util.Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+        }
       }
     }
   }

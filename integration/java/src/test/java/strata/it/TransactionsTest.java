@@ -12,6 +12,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
+import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -80,6 +82,21 @@ class TransactionsTest {
     return out;
   }
 
+  /**
+   * Asserts what a reader at this level reads, retrying for a while: the COMMIT/ABORT markers
+   * that move the LSO are written after EndTxn's answer.
+   */
+  static void assertValues(List<String> want, String topic, int partitions, IsolationLevel level)
+      throws InterruptedException {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+    List<String> got;
+    while (!(got = sorted(readValues(topic, partitions, level))).equals(sorted(want))
+        && System.nanoTime() < deadline) {
+      Thread.sleep(200);
+    }
+    assertEquals(sorted(want), got, level + " read of " + topic);
+  }
+
   static void produce(KafkaProducer<byte[], byte[]> p, String topic, int partitions, String prefix, int n) {
     for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, i % partitions, null, Kafka.utf8(prefix + "-" + i)));
   }
@@ -116,11 +133,10 @@ class TransactionsTest {
       produce(p, t, 2, "committed", 50);
       p.commitTransaction();
     }
-    assertEquals(sorted(values("committed", 50)), sorted(readValues(t, 2, IsolationLevel.READ_COMMITTED)),
-        "read_committed");
+    assertValues(values("committed", 50), t, 2, IsolationLevel.READ_COMMITTED);
     List<String> all = new ArrayList<>(values("aborted", 100));
     all.addAll(values("committed", 50));
-    assertEquals(sorted(all), sorted(readValues(t, 2, IsolationLevel.READ_UNCOMMITTED)), "read_uncommitted");
+    assertValues(all, t, 2, IsolationLevel.READ_UNCOMMITTED);
   }
 
   @Test
@@ -186,8 +202,8 @@ class TransactionsTest {
           continue;
         }
         p.commitTransaction();
-        Map<TopicPartition, OffsetAndMetadata> now = admin.listConsumerGroupOffsets(group)
-            .partitionsToOffsetAndMetadata().get();
+        // The markers follow EndTxn's answer: a stable read waits for them (KIP-447).
+        Map<TopicPartition, OffsetAndMetadata> now = stableOffsets(group);
         for (var e : next.entrySet()) {
           assertEquals(e.getValue().offset(), now.get(e.getKey()).offset(), "offset committed with " + e.getKey());
         }
@@ -197,13 +213,16 @@ class TransactionsTest {
 
     List<String> want = new ArrayList<>();
     for (String v : values("in", n)) want.add(v.toUpperCase());
-    List<String> got = readValues(out, 3, IsolationLevel.READ_COMMITTED);
-    assertEquals(sorted(want), sorted(got), "each input exactly once in the committed output");
+    assertValues(want, out, 3, IsolationLevel.READ_COMMITTED);
     assertTrue(readValues(out, 3, IsolationLevel.READ_UNCOMMITTED).size() > n,
         "the aborted batches are in the log for read_uncommitted readers");
-    Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(group)
-        .partitionsToOffsetAndMetadata().get();
+    Map<TopicPartition, OffsetAndMetadata> committed = stableOffsets(group);
     for (TopicPartition tp : inTps) assertEquals(n / 3, committed.get(tp).offset(), "group offset of " + tp);
+  }
+
+  static Map<TopicPartition, OffsetAndMetadata> stableOffsets(String group) throws Exception {
+    return admin.listConsumerGroupOffsets(Map.of(group, new ListConsumerGroupOffsetsSpec()),
+        new ListConsumerGroupOffsetsOptions().requireStable(true)).partitionsToOffsetAndMetadata(group).get();
   }
 
   @Test
@@ -227,8 +246,8 @@ class TransactionsTest {
       }
       older.close(Duration.ZERO);
     }
-    assertEquals(values("newer", 5), readValues(t, 1, IsolationLevel.READ_COMMITTED),
-        "the older producer's transaction was aborted by the newer one's initTransactions");
+    // the older producer's transaction was aborted by the newer one's initTransactions
+    assertValues(values("newer", 5), t, 1, IsolationLevel.READ_COMMITTED);
   }
 
   @Test
@@ -290,6 +309,18 @@ class TransactionsTest {
     return null;
   }
 
+  /** Runs kafka-transactions until the row with key=value has column=want (10 s at most). */
+  static void awaitCli(String want, String column, String key, String value, String... args) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (true) {
+      var r = CliToolsTest.ok(CliToolsTest.run(null, TRANSACTIONS, args));
+      if (want.equals(row(r, key, value).get(column))) return;
+      if (System.nanoTime() > deadline) fail("kafka-transactions " + String.join(" ", args) + ": " + column
+          + " is not " + want + ":\n" + r);
+      Thread.sleep(200);
+    }
+  }
+
   @Test
   void kafkaTransactionsListDescribeAndDescribeProducers() throws Exception {
     String b = Kafka.bootstrap();
@@ -323,17 +354,16 @@ class TransactionsTest {
 
       p.commitTransaction();
 
-      var after = CliToolsTest.ok(CliToolsTest.run(null, TRANSACTIONS, "--bootstrap-server", b, "describe",
-          "--transactional-id", id));
-      assertEquals("CompleteCommit", row(after, "TransactionalId", id).get("TransactionState"), after.toString());
-      var prodAfter = CliToolsTest.ok(CliToolsTest.run(null, TRANSACTIONS, "--bootstrap-server", b,
-          "describe-producers", "--topic", t, "--partition", "1"));
-      assertEquals("None", row(prodAfter, "ProducerId", producerId).get("CurrentTransactionStartOffset"),
-          prodAfter.toString());
+      // PrepareCommit until the markers are written, which follows EndTxn's answer
+      awaitCli("CompleteCommit", "TransactionState", "TransactionalId", id,
+          "--bootstrap-server", b, "describe", "--transactional-id", id);
+      awaitCli("None", "CurrentTransactionStartOffset", "ProducerId", producerId,
+          "--bootstrap-server", b, "describe-producers", "--topic", t, "--partition", "1");
     }
     var missing = CliToolsTest.run(null, TRANSACTIONS, "--bootstrap-server", b, "describe",
         "--transactional-id", "no-such-" + id);
-    assertTrue(missing.exit() != 0 && missing.err().contains("TransactionalIdNotFoundException"),
+    assertTrue(missing.exit() != 0
+            && (missing.err() + missing.out()).contains("Failed to describe transaction state of transactional-id"),
         "describe of an unknown id: " + missing);
   }
 }
