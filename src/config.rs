@@ -170,6 +170,40 @@ pub struct BrokerConfig {
     )]
     pub offsets_topic_segment_bytes: i32,
 
+    /// The longest transaction.timeout.ms a transactional producer may ask
+    /// for (transaction.max.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_TRANSACTION_MAX_TIMEOUT_MS",
+        default_value_t = 900_000,
+        value_parser = clap::value_parser!(i32).range(1..)
+    )]
+    pub transaction_max_timeout_ms: i32,
+
+    /// A transactional id with no transaction for this long is forgotten
+    /// (transactional.id.expiration.ms).
+    #[arg(
+        long,
+        env = "STRATA_TRANSACTIONAL_ID_EXPIRATION_MS",
+        default_value_t = 604_800_000,
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    pub transactional_id_expiration_ms: i64,
+
+    /// How often transactions past their timeout are looked for and aborted
+    /// (transaction.abort.timed.out.transaction.cleanup.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS",
+        default_value_t = 10_000
+    )]
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+
+    /// Tests: wait this long after answering EndTxn before writing its
+    /// markers (so that a broker can be killed in between).
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub txn_marker_delay_ms: u64,
+
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -292,6 +326,15 @@ impl BrokerConfig {
                 assignors: self.group_consumer_assignors.0.clone(),
                 max_size: self.group_consumer_max_size as usize,
             },
+        }
+    }
+
+    pub fn transactions(&self) -> crate::coordinator::txn::TxnConfig {
+        crate::coordinator::txn::TxnConfig {
+            max_timeout_ms: self.transaction_max_timeout_ms,
+            id_expiration_ms: self.transactional_id_expiration_ms,
+            segment_bytes: self.offsets_topic_segment_bytes,
+            wait_for_fsync: self.fsync == FsyncPolicy::Always || self.cluster.is_some(),
         }
     }
 

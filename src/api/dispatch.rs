@@ -23,7 +23,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
-    produce, producer_id, quorum, topics, versions, Broker, Reply,
+    produce, producer_id, quorum, topics, transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -85,7 +85,11 @@ pub const APIS: &[Api] = &[
     api!(CreateTopicsRequest, 2..=7, later(|b, r, cx| topics::create_topics(b.clone(), r, cx.version))),
     api!(DeleteTopicsRequest, 1..=6, later(|b, r, cx| topics::delete_topics(b.clone(), r, cx.version))),
     api!(DeleteRecordsRequest, 0..=2, ready(|b, r, _| offsets::delete_records(b, r))),
-    api!(InitProducerIdRequest, 0..=5, later(|b, r, _| producer_id::init_producer_id(b.clone(), r))),
+    api!(InitProducerIdRequest, 0..=5, later(|b, r, cx| producer_id::init_producer_id(b.clone(), r, cx.version))),
+    api!(AddPartitionsToTxnRequest, 0..=5, later(|b, r, cx| transactions::add_partitions_to_txn(b.clone(), r, cx.version))),
+    api!(AddOffsetsToTxnRequest, 0..=4, later(|b, r, cx| transactions::add_offsets_to_txn(b.clone(), r, cx.version))),
+    api!(EndTxnRequest, 0..=4, later(|b, r, cx| transactions::end_txn(b.clone(), r, cx.version))),
+    api!(TxnOffsetCommitRequest, 0..=4, later(|b, r, cx| transactions::txn_offset_commit(b.clone(), r, cx.version))),
     api!(OffsetForLeaderEpochRequest, 2..=4, ready(|b, r, _| offsets::offset_for_leader_epoch(b, r))),
     api!(DescribeConfigsRequest, 1..=4, ready(|b, r, cx| configs::describe_configs(b, r, cx.version))),
     api!(AlterConfigsRequest, 0..=2, later(|b, r, _| configs::alter_configs(b.clone(), r))),
@@ -107,10 +111,13 @@ pub const APIS: &[Api] = &[
     api!(ElectLeadersRequest, 0..=2, ready(|b, r, _| partitions::elect_leaders(b, r))),
     api!(AlterPartitionReassignmentsRequest, 0..=1, ready(|b, r, _| partitions::alter_partition_reassignments(b, r))),
     api!(ListPartitionReassignmentsRequest, 0..=0, ready(|b, r, _| partitions::list_partition_reassignments(b, r))),
+    api!(DescribeTransactionsRequest, 0..=0, ready(|b, r, _| transactions::describe_transactions(b, r))),
+    api!(ListTransactionsRequest, 0..=2, ready(|b, r, cx| transactions::list_transactions(b, r, cx.version))),
     api!(DescribeQuorumRequest, 0..=2, ready(|b, r, cx| quorum::describe_quorum(b, r, cx.version))),
     api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, _| partitions::describe_topic_partitions(b, r))),
     api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| consumer_groups::consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| consumer_groups::consumer_group_describe(b, r, cx.version))),
+    api!(WriteTxnMarkersRequest, 1..=1, later(|b, r, _| txn_markers::write_txn_markers(b.clone(), r))),
 ];
 
 /// The entry serving `key` at `version`, if any.

@@ -15,7 +15,8 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         LogError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
-        LogError::TransactionsUnsupported => ResponseError::TransactionalIdAuthorizationFailed,
+        LogError::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
+        LogError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
         // Both retriable for every client: the store is slow or down.
         LogError::Remote(_) | LogError::Backpressure => ResponseError::KafkaStorageError,
         // Retriable: the client refreshes metadata and finds the new leader.

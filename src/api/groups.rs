@@ -29,9 +29,11 @@ use super::Broker;
 use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
 use crate::coordinator::store::OFFSETS_TOPIC;
+use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
 
 const GROUP_KEY_TYPE: i8 = 0;
+const TRANSACTION_KEY_TYPE: i8 = 1;
 
 pub fn error_code(e: &CoordinatorError) -> i16 {
     match e {
@@ -58,6 +60,7 @@ pub fn error_code(e: &CoordinatorError) -> i16 {
         CoordinatorError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
         CoordinatorError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
         CoordinatorError::UnsupportedVersion(_) => ResponseError::UnsupportedVersion,
+        CoordinatorError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
     }
     .code()
 }
@@ -87,6 +90,19 @@ fn group_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
         .find(|(id, _, _)| *id == leader)
 }
 
+/// Every transactional id's coordinator: this broker alone, or the leader
+/// of `__transaction_state`'s partition.
+fn txn_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
+    let Some(cluster) = &broker.cluster else {
+        return Some((broker.node_id, broker.host.clone(), broker.port));
+    };
+    let txn = broker.catalog.topic(TXN_TOPIC)?;
+    let (leader, _) = cluster.leader_of(txn.id(), 0)?;
+    super::metadata::brokers(broker)
+        .into_iter()
+        .find(|(id, _, _)| *id == leader)
+}
+
 pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
@@ -94,14 +110,18 @@ pub fn find_coordinator(
 ) -> FindCoordinatorResponse {
     let answer = |key: &StrBytes| {
         let c = Coordinator::default().with_key(key.clone());
-        if req.key_type != GROUP_KEY_TYPE {
-            // Transactions are not supported, so there is no transaction coordinator.
-            return c
-                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
-                .with_node_id(BrokerId(-1))
-                .with_port(-1);
-        }
-        match group_coordinator(broker) {
+        let found = match req.key_type {
+            GROUP_KEY_TYPE => group_coordinator(broker),
+            TRANSACTION_KEY_TYPE => txn_coordinator(broker),
+            _ => {
+                return c
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(StrBytes::from_static_str("unknown key type")))
+                    .with_node_id(BrokerId(-1))
+                    .with_port(-1)
+            }
+        };
+        match found {
             Some((node, host, port)) => c
                 .with_node_id(BrokerId(node))
                 .with_host(s(&host))
@@ -122,10 +142,8 @@ pub fn find_coordinator(
         .with_node_id(c.node_id)
         .with_host(c.host)
         .with_port(c.port);
-    if version >= 1 && c.error_code != 0 {
-        resp.with_error_message(Some(StrBytes::from_static_str(
-            "transactions are not supported",
-        )))
+    if version >= 1 {
+        resp.with_error_message(c.error_message)
     } else {
         resp
     }
@@ -347,6 +365,21 @@ fn fetched_partition(p: i32, v: Option<OffsetValue>) -> (i32, i64, i32, Option<S
     }
 }
 
+/// With require_stable (a read_committed consumer, KIP-447), partitions with
+/// transactional offsets not yet committed are answered UNSTABLE_OFFSET_COMMIT
+/// and the consumer asks again.
+fn unstable(
+    broker: &Broker,
+    group_id: &str,
+    require_stable: bool,
+) -> std::collections::HashSet<(String, i32)> {
+    if require_stable {
+        broker.coordinator.unstable_offsets(group_id)
+    } else {
+        Default::default()
+    }
+}
+
 pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
         let groups = req
@@ -371,6 +404,7 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                 let fetched: TopicOffsets = broker
                     .coordinator
                     .fetch_offsets(g.group_id.as_str(), wanted);
+                let unstable = unstable(broker, g.group_id.as_str(), req.require_stable);
                 let topics = fetched
                     .into_iter()
                     .map(|(t, parts)| {
@@ -378,11 +412,17 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                             .into_iter()
                             .map(|(p, v)| {
                                 let (p, offset, epoch, meta) = fetched_partition(p, v);
-                                OffsetFetchResponsePartitions::default()
+                                let r = OffsetFetchResponsePartitions::default()
                                     .with_partition_index(p)
                                     .with_committed_offset(offset)
                                     .with_committed_leader_epoch(epoch)
-                                    .with_metadata(meta)
+                                    .with_metadata(meta);
+                                if unstable.contains(&(t.clone(), p)) {
+                                    r.with_committed_offset(-1)
+                                        .with_error_code(ResponseError::UnstableOffsetCommit.code())
+                                } else {
+                                    r
+                                }
                             })
                             .collect();
                         OffsetFetchResponseTopics::default()
@@ -405,6 +445,11 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
     let fetched = broker
         .coordinator
         .fetch_offsets(req.group_id.as_str(), wanted);
+    let unstable = unstable(
+        broker,
+        req.group_id.as_str(),
+        version >= 7 && req.require_stable,
+    );
     let topics = fetched
         .into_iter()
         .map(|(t, parts)| {
@@ -416,8 +461,14 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                         .with_partition_index(p)
                         .with_committed_offset(offset)
                         .with_metadata(meta);
-                    if version >= 5 {
+                    let r = if version >= 5 {
                         r.with_committed_leader_epoch(epoch)
+                    } else {
+                        r
+                    };
+                    if unstable.contains(&(t.clone(), p)) {
+                        r.with_committed_offset(-1)
+                            .with_error_code(ResponseError::UnstableOffsetCommit.code())
                     } else {
                         r
                     }

@@ -8,6 +8,7 @@
 //! Errors from the catalog and the log become Kafka error codes here and
 //! nowhere else.
 
+mod broker_client;
 mod configs;
 mod consumer_groups;
 mod dispatch;
@@ -24,6 +25,8 @@ mod produce;
 mod producer_id;
 mod quorum;
 mod topics;
+mod transactions;
+mod txn_markers;
 mod versions;
 
 use std::future::Future;
@@ -38,8 +41,11 @@ use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::cluster::ClusterNode;
 use crate::config::{BrokerConfig, FsyncPolicy};
+use crate::coordinator::txn::{ProducerIdSource, TxnCoordinator};
 use crate::coordinator::GroupCoordinator;
 use dispatch::{Ctx, Encoder};
+
+pub use transactions::run_markers;
 
 /// An encoded response frame (length prefix included); empty when the
 /// protocol sends no response (produce with acks=0); `None` when the response
@@ -63,6 +69,7 @@ pub enum FrameError {
 pub struct Broker {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
+    pub txn: Arc<TxnCoordinator>,
     pub node_id: i32,
     pub host: String,
     pub port: i32,
@@ -128,6 +135,7 @@ impl Broker {
     pub fn new(
         catalog: Arc<Catalog>,
         coordinator: Arc<GroupCoordinator>,
+        txn: Arc<TxnCoordinator>,
         config: &BrokerConfig,
         host: String,
         port: i32,
@@ -137,6 +145,7 @@ impl Broker {
         Broker {
             catalog,
             coordinator,
+            txn,
             node_id: config.node_id,
             host,
             port,
@@ -152,6 +161,15 @@ impl Broker {
                 crate::clock::os_random(),
             ),
         }
+    }
+
+    /// Where transactional producer ids come from: the catalog's allocator,
+    /// or in cluster mode the blocks agreed in etcd.
+    pub fn producer_ids(
+        catalog: Arc<Catalog>,
+        cluster: Option<Arc<ClusterNode>>,
+    ) -> ProducerIdSource {
+        producer_id::source(catalog, cluster)
     }
 
     /// Handles one request frame (without its length prefix) from `client_host`.

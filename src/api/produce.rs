@@ -65,13 +65,8 @@ pub fn produce(
     version: i16,
 ) -> impl Future<Output = Option<ProduceResponse>> + Send + 'static {
     let acks = req.acks;
-    // Kafka answers REQUEST_TIMED_OUT when acks=all is not met in time; only
-    // the store's write-ahead log can keep an acknowledgement waiting that long.
-    let timeout = (broker.cluster.is_some())
-        .then(|| std::time::Duration::from_millis(req.timeout_ms.max(0) as u64));
-    // In cluster mode acks=all waits for the write-ahead log in the store.
-    let wait_for_disk =
-        acks == -1 && (broker.fsync == FsyncPolicy::Always || broker.cluster.is_some());
+    let timeout = durable_timeout(broker, req.timeout_ms);
+    let wait_for_disk = acks == -1 && acks_all_waits(broker);
     let mut durable_waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
@@ -119,7 +114,7 @@ pub fn produce(
                         .with_log_start_offset(out.log_start_offset);
                     let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
                         && partition.flush_due(policy.flush_messages, policy.flush_ms);
-                    if (wait_for_disk || flush) && !broker.null_sink {
+                    if wait_for_disk || (flush && !broker.null_sink) {
                         durable_waits.push((ti, pi, partition, out.last_offset + 1));
                     }
                 }
@@ -153,30 +148,58 @@ pub fn produce(
         );
     }
     async move {
-        // The partitions' fsyncs run side by side, not one after another.
         let waits = durable_waits
             .iter()
-            .map(|(_, _, partition, end)| partition.wait_durable(*end));
-        let all = futures::future::join_all(waits);
-        let outcomes = match timeout {
-            None => Some(all.await),
-            Some(t) => tokio::time::timeout(t, all).await.ok(),
-        };
-        for (i, (ti, pi, _, _)) in durable_waits.iter().enumerate() {
-            let code = match outcomes.as_ref().map(|o| &o[i]) {
-                Some(Ok(())) => continue,
-                Some(Err(e)) => {
-                    tracing::error!(error = %e, "making the batch durable failed; failing acks=all produce");
-                    log_error_code(e)
-                }
-                None => ResponseError::RequestTimedOut.code(),
-            };
-            let r = &mut responses[*ti].partition_responses[*pi];
-            r.error_code = code;
-            r.base_offset = -1;
+            .map(|(_, _, partition, end)| (partition.as_ref(), *end));
+        let codes = wait_durable(waits, timeout).await;
+        for ((ti, pi, _, _), code) in durable_waits.iter().zip(codes) {
+            if code != 0 {
+                let r = &mut responses[*ti].partition_responses[*pi];
+                r.error_code = code;
+                r.base_offset = -1;
+            }
         }
         (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
     }
+}
+
+/// Whether an acks=all write waits for durability: an fsync under
+/// `--fsync always`, the write-ahead log in the store in cluster mode.
+pub(super) fn acks_all_waits(broker: &Broker) -> bool {
+    (broker.fsync == FsyncPolicy::Always || broker.cluster.is_some()) && !broker.null_sink
+}
+
+/// How long an acks=all write may wait for durability. Kafka answers
+/// REQUEST_TIMED_OUT when acks=all is not met in time; only the store's
+/// write-ahead log can keep an acknowledgement waiting that long.
+pub(super) fn durable_timeout(broker: &Broker, timeout_ms: i32) -> Option<std::time::Duration> {
+    (broker.cluster.is_some()).then(|| std::time::Duration::from_millis(timeout_ms.max(0) as u64))
+}
+
+/// Waits until each (partition, end) is durable; returns, in order, 0 or
+/// the error code to answer that partition with.
+pub(super) async fn wait_durable<'a>(
+    waits: impl Iterator<Item = (&'a Partition, i64)>,
+    timeout: Option<std::time::Duration>,
+) -> Vec<i16> {
+    // The partitions' fsyncs run side by side, not one after another.
+    let waits: Vec<_> = waits.map(|(p, end)| p.wait_durable(end)).collect();
+    let n = waits.len();
+    let all = futures::future::join_all(waits);
+    let outcomes = match timeout {
+        None => Some(all.await),
+        Some(t) => tokio::time::timeout(t, all).await.ok(),
+    };
+    (0..n)
+        .map(|i| match outcomes.as_ref().map(|o| &o[i]) {
+            Some(Ok(())) => 0,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "making the batch durable failed; failing acks=all write");
+                log_error_code(e)
+            }
+            None => ResponseError::RequestTimedOut.code(),
+        })
+        .collect()
 }
 
 /// Checks the one batch of a partition's data (`place`: topic and

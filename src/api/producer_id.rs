@@ -1,4 +1,5 @@
-//! InitProducerId for idempotent producers (transactions are not supported).
+//! InitProducerId: idempotent producers here, transactional ones (with a
+//! transactional id) through the transaction coordinator.
 
 use std::sync::Arc;
 
@@ -7,15 +8,18 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 
 use super::error::catalog_error_code;
 use super::Broker;
+use crate::catalog::Catalog;
+use crate::cluster::ClusterNode;
+use crate::coordinator::txn::ProducerIdSource;
 
 pub async fn init_producer_id(
     broker: Arc<Broker>,
     req: InitProducerIdRequest,
+    version: i16,
 ) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default();
     if req.transactional_id.is_some() {
-        tracing::warn!("transactional producer refused: transactions are not supported");
-        return resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        return super::transactions::init_producer_id(broker, req, version).await;
     }
     // KIP-360: an idempotent producer may ask to bump its own epoch.
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
@@ -23,23 +27,37 @@ pub async fn init_producer_id(
             .with_producer_id(req.producer_id)
             .with_producer_epoch(req.producer_epoch + 1);
     }
-    // In cluster mode ids come from blocks agreed in etcd, so no two
-    // brokers hand out the same one.
-    let allocated = match &broker.cluster {
-        None => broker
-            .catalog
-            .allocate_producer_id()
-            .map_err(|e| catalog_error_code(&e)),
-        Some(c) => c.next_producer_id().await.map_err(|e| {
-            tracing::warn!(error = %e, "no producer id block from etcd");
-            ResponseError::CoordinatorNotAvailable.code()
-        }),
-    };
-    match allocated {
+    match allocate(&broker.catalog, broker.cluster.as_deref()).await {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(code) => resp
             .with_error_code(code)
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
     }
+}
+
+/// A new producer id. In cluster mode ids come from blocks agreed in etcd,
+/// so no two brokers hand out the same one.
+async fn allocate(catalog: &Catalog, cluster: Option<&ClusterNode>) -> Result<i64, i16> {
+    match cluster {
+        None => catalog
+            .allocate_producer_id()
+            .map_err(|e| catalog_error_code(&e)),
+        Some(c) => c.next_producer_id().await.map_err(|e| {
+            tracing::warn!(error = %e, "no producer id block from etcd");
+            ResponseError::CoordinatorNotAvailable.code()
+        }),
+    }
+}
+
+/// The transaction coordinator's producer ids, drawn like an idempotent producer's.
+pub fn source(catalog: Arc<Catalog>, cluster: Option<Arc<ClusterNode>>) -> ProducerIdSource {
+    Arc::new(move || {
+        let (catalog, cluster) = (catalog.clone(), cluster.clone());
+        Box::pin(async move {
+            allocate(&catalog, cluster.as_deref())
+                .await
+                .map_err(|code| format!("error code {code}"))
+        })
+    })
 }

@@ -364,6 +364,10 @@ pub fn merge(
             .unwrap_or(opts.now_ms),
         sealed_ms: opts.now_ms,
         keys,
+        aborted: sources
+            .iter()
+            .flat_map(|s| s.meta().aborted.iter().copied())
+            .collect(),
     };
     stats.output_bytes = out.size;
     stats.output_batches = out.batch_count;

@@ -15,6 +15,7 @@ pub mod consumer;
 pub mod group;
 pub mod records;
 pub mod store;
+pub mod txn;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use records::{
     decode_assignment_epoch, decode_target, ConsumerGroupValue, ConsumerMemberValue,
     CurrentAssignmentValue, GroupValue, OffsetValue, RecordKey,
 };
-use store::OffsetsStore;
+use store::{OffsetsStore, Replayed};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoordinatorError {
@@ -84,6 +85,8 @@ pub enum CoordinatorError {
     InvalidRegularExpression(String),
     #[error("{0}")]
     UnsupportedVersion(String),
+    #[error("the producer's epoch is older than the one the log knows")]
+    InvalidProducerEpoch,
 }
 
 impl From<LogError> for CoordinatorError {
@@ -185,6 +188,8 @@ pub struct GroupCoordinator {
     catalog: Arc<Catalog>,
     store: OffsetsStore,
     groups: Mutex<HashMap<String, Group>>,
+    /// Locked after `groups` when both are needed.
+    txn: Mutex<TxnOffsets>,
     config: CoordinatorConfig,
     clock: SharedClock,
     /// Draws member ids.
@@ -201,13 +206,14 @@ impl GroupCoordinator {
         clock: SharedClock,
         random: SharedRandom,
     ) -> Result<GroupCoordinator, LogError> {
-        let groups = load(&store, clock.now()).await?;
+        let (groups, txn) = load(&store, clock.now()).await?;
         tracing::info!(groups = groups.len(), "group coordinator loaded");
         Ok(GroupCoordinator {
             active: std::sync::OnceLock::new(),
             catalog,
             store,
             groups: Mutex::new(groups),
+            txn: Mutex::new(txn),
             config,
             clock,
             random,
@@ -218,9 +224,11 @@ impl GroupCoordinator {
     /// taking its partition over, whose log may have moved on elsewhere).
     /// Members waiting for a rebalance are dropped; they rejoin.
     pub async fn reload(&self) -> Result<(), LogError> {
-        let groups = load(&self.store, self.clock.now()).await?;
+        let (groups, txn) = load(&self.store, self.clock.now()).await?;
         tracing::info!(groups = groups.len(), "group coordinator reloaded");
-        *self.groups.lock() = groups;
+        let mut locked = self.groups.lock();
+        *locked = groups;
+        *self.txn.lock() = txn;
         Ok(())
     }
 
@@ -456,6 +464,155 @@ impl GroupCoordinator {
         };
         self.store.durable(end).await?;
         Ok(results)
+    }
+
+    /// TxnOffsetCommit: the offsets are written to `__consumer_offsets` as
+    /// a transactional batch of the producer and kept pending; the group
+    /// sees them only when the transaction's COMMIT marker reaches that
+    /// partition (`complete_transaction`). A member given (v3+) must be the
+    /// group's current one, as for OffsetCommit.
+    pub async fn txn_commit(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        who: &Committer,
+        offsets: Vec<OffsetCommit>,
+    ) -> Result<Vec<PartitionResult>, CoordinatorError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(CoordinatorError::InvalidGroupId);
+        }
+        let (results, end) = {
+            let groups = self.groups.lock();
+            if !who.member_id.is_empty() || who.generation >= 0 {
+                let g = groups
+                    .get(group_id)
+                    .ok_or(CoordinatorError::IllegalGeneration)?;
+                match &g.consumer {
+                    Some(cg) => {
+                        let m = cg
+                            .member(&who.member_id)
+                            .ok_or(CoordinatorError::UnknownMemberId)?;
+                        if m.epoch != who.generation {
+                            return Err(CoordinatorError::IllegalGeneration);
+                        }
+                    }
+                    None => {
+                        let member = g.members().find(|m| m.id == who.member_id);
+                        let Some(member) = member else {
+                            return Err(CoordinatorError::UnknownMemberId);
+                        };
+                        if who.instance_id.is_some() && member.instance_id != who.instance_id {
+                            return Err(CoordinatorError::FencedInstanceId);
+                        }
+                        if who.generation != g.generation {
+                            return Err(CoordinatorError::IllegalGeneration);
+                        }
+                    }
+                }
+            }
+            let now = self.clock.now_ms();
+            let mut results = Vec::with_capacity(offsets.len());
+            let mut records = Vec::new();
+            for c in offsets {
+                let key = (c.topic.clone(), c.partition);
+                let metadata = c.metadata.unwrap_or_default();
+                let exists = self
+                    .catalog
+                    .topic(&c.topic)
+                    .is_some_and(|t| t.partition(c.partition).is_some());
+                if !exists {
+                    results.push((key, Err(CoordinatorError::UnknownTopicOrPartition)));
+                } else if metadata.len() > self.config.max_metadata_bytes {
+                    results.push((
+                        key,
+                        Err(CoordinatorError::OffsetMetadataTooLarge(
+                            self.config.max_metadata_bytes,
+                        )),
+                    ));
+                } else {
+                    let value = OffsetValue {
+                        offset: c.offset,
+                        leader_epoch: c.leader_epoch,
+                        metadata,
+                        commit_timestamp: now,
+                    };
+                    records.push((
+                        RecordKey::Offset {
+                            group: group_id.to_string(),
+                            topic: c.topic,
+                            partition: c.partition,
+                        },
+                        Some(value.encode()),
+                    ));
+                    results.push((key, Ok(())));
+                }
+            }
+            if records.is_empty() {
+                return Ok(results);
+            }
+            let mut txn = self.txn.lock();
+            let mut sequence = txn.next_sequence(producer_id, producer_epoch);
+            let mut appended = self
+                .store
+                .append_transactional(&records, (producer_id, producer_epoch, sequence));
+            // The log's producer state is the authority on sequences (ours
+            // is rebuilt from what replay saw, which compaction may thin).
+            if let Err(LogError::OutOfOrderSequence { expected, .. }) = appended {
+                sequence = expected;
+                appended = self
+                    .store
+                    .append_transactional(&records, (producer_id, producer_epoch, sequence));
+            }
+            let end = match appended {
+                Ok(end) => end,
+                Err(LogError::InvalidProducerEpoch { .. }) => {
+                    return Err(CoordinatorError::InvalidProducerEpoch)
+                }
+                Err(e) => return Err(e.into()),
+            };
+            txn.sequences.insert(
+                producer_id,
+                (producer_epoch, sequence.wrapping_add(records.len() as i32)),
+            );
+            txn.pending.entry(producer_id).or_default().extend(records);
+            (results, end)
+        };
+        self.store.durable(end).await?;
+        Ok(results)
+    }
+
+    /// A COMMIT or ABORT marker of `producer_id` reached `__consumer_offsets`:
+    /// its pending transactional offsets become the group's, or are dropped.
+    pub fn complete_transaction(&self, producer_id: i64, commit: bool) {
+        let mut groups = self.groups.lock();
+        let pending = self.txn.lock().pending.remove(&producer_id);
+        if !commit {
+            return;
+        }
+        let now = self.clock.now();
+        for (key, value) in pending.unwrap_or_default() {
+            apply_record(&mut groups, key, value, now);
+        }
+    }
+
+    /// Partitions of `group_id` with transactional offsets not yet committed
+    /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them).
+    pub fn unstable_offsets(&self, group_id: &str) -> std::collections::HashSet<(String, i32)> {
+        let txn = self.txn.lock();
+        txn.pending
+            .values()
+            .flatten()
+            .filter_map(|(key, _)| match key {
+                RecordKey::Offset {
+                    group,
+                    topic,
+                    partition,
+                } if group == group_id => Some((topic.clone(), *partition)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// OffsetFetch v9+ names the member asking: a consumer-protocol member
@@ -857,62 +1014,58 @@ impl GroupCoordinator {
 }
 
 /// Group state as the offsets topic holds it.
-async fn load(store: &OffsetsStore, now: Instant) -> Result<HashMap<String, Group>, LogError> {
+/// Offsets committed inside transactions (TxnOffsetCommit) that wait for
+/// their transaction's marker, and the next sequence number of each
+/// producer's transactional batches in the offsets log.
+#[derive(Default)]
+struct TxnOffsets {
+    pending: HashMap<i64, Vec<(RecordKey, Option<Bytes>)>>,
+    sequences: HashMap<i64, (i16, i32)>,
+}
+
+impl TxnOffsets {
+    fn next_sequence(&self, producer_id: i64, epoch: i16) -> i32 {
+        match self.sequences.get(&producer_id) {
+            Some(&(e, next)) if e == epoch => next,
+            _ => 0,
+        }
+    }
+}
+
+async fn load(
+    store: &OffsetsStore,
+    now: Instant,
+) -> Result<(HashMap<String, Group>, TxnOffsets), LogError> {
     let mut groups: HashMap<String, Group> = HashMap::new();
+    let mut txn = TxnOffsets::default();
     store
-        .replay(|key, value| match (key, value) {
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                Some(v),
-            ) => match OffsetValue::decode(&v) {
-                Ok(v) => {
-                    let g = groups
-                        .entry(group.clone())
-                        .or_insert_with(|| Group::new(&group, v.commit_timestamp));
-                    g.offsets.insert((topic, partition), v);
-                }
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
-            },
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                None,
-            ) => {
-                if let Some(g) = groups.get_mut(&group) {
-                    g.offsets.remove(&(topic, partition));
-                }
+        .replay(|replayed| match replayed {
+            Replayed::Record(key, value) => apply_record(&mut groups, key, value, now),
+            Replayed::Transactional {
+                producer_id,
+                producer_epoch,
+                sequence,
+                key,
+                value,
+            } => {
+                let next = sequence.wrapping_add(1);
+                txn.sequences.insert(producer_id, (producer_epoch, next));
+                txn.pending
+                    .entry(producer_id)
+                    .or_default()
+                    .push((key, value));
             }
-            (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
-                Ok(v) => {
-                    let mut restored = Group::restore(&group, &v, now);
-                    if let Some(old) = groups.remove(&group) {
-                        restored.offsets = old.offsets;
-                    }
-                    groups.insert(group, restored);
-                }
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
-            },
-            // The classic metadata is gone (deleted, expired, or the group
-            // moved to the consumer protocol); offsets have their own records.
-            (RecordKey::Group { group }, None) => {
-                if let Some(g) = groups.get_mut(&group).filter(|g| g.consumer.is_none()) {
-                    if g.offsets.is_empty() {
-                        groups.remove(&group);
-                    } else {
-                        let mut fresh = Group::new(&group, g.state_since_ms);
-                        fresh.offsets = std::mem::take(&mut g.offsets);
-                        *g = fresh;
+            Replayed::Marker {
+                producer_id,
+                commit,
+            } => {
+                let pending = txn.pending.remove(&producer_id).unwrap_or_default();
+                if commit {
+                    for (key, value) in pending {
+                        apply_record(&mut groups, key, value, now);
                     }
                 }
             }
-            (key, value) => restore_consumer(&mut groups, key, value, now),
         })
         .await?;
     for g in groups.values_mut() {
@@ -920,7 +1073,70 @@ async fn load(store: &OffsetsStore, now: Instant) -> Result<HashMap<String, Grou
             cg.finish_restore(now);
         }
     }
-    Ok(groups)
+    Ok((groups, txn))
+}
+
+/// Applies one record of the offsets topic to the groups being rebuilt.
+fn apply_record(
+    groups: &mut HashMap<String, Group>,
+    key: RecordKey,
+    value: Option<Bytes>,
+    now: Instant,
+) {
+    match (key, value) {
+        (
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            Some(v),
+        ) => match OffsetValue::decode(&v) {
+            Ok(v) => {
+                let g = groups
+                    .entry(group.clone())
+                    .or_insert_with(|| Group::new(&group, v.commit_timestamp));
+                g.offsets.insert((topic, partition), v);
+            }
+            Err(e) => tracing::warn!(error = %e, "skipping unreadable offset record"),
+        },
+        (
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            },
+            None,
+        ) => {
+            if let Some(g) = groups.get_mut(&group) {
+                g.offsets.remove(&(topic, partition));
+            }
+        }
+        (RecordKey::Group { group }, Some(v)) => match GroupValue::decode(&v) {
+            Ok(v) => {
+                let mut restored = Group::restore(&group, &v, now);
+                if let Some(old) = groups.remove(&group) {
+                    restored.offsets = old.offsets;
+                }
+                groups.insert(group, restored);
+            }
+            Err(e) => tracing::warn!(error = %e, "skipping unreadable group record"),
+        },
+        // The classic metadata is gone (deleted, expired, or the group
+        // moved to the consumer protocol); offsets have their own records.
+        (RecordKey::Group { group }, None) => {
+            if let Some(g) = groups.get_mut(&group).filter(|g| g.consumer.is_none()) {
+                if g.offsets.is_empty() {
+                    groups.remove(&group);
+                } else {
+                    let mut fresh = Group::new(&group, g.state_since_ms);
+                    fresh.offsets = std::mem::take(&mut g.offsets);
+                    *g = fresh;
+                }
+            }
+        }
+        (key, value) => restore_consumer(groups, key, value, now),
+    }
 }
 
 /// Replays one consumer-group record (keys 3 to 8).

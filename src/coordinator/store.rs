@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 use super::records::RecordKey;
 use super::CoordinatorConfig;
@@ -17,6 +19,22 @@ use crate::format::batch::{encode_batch, BatchHeader};
 use crate::log::{AppendConfig, LogError, Partition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// One record of the offsets topic as replay meets it.
+pub enum Replayed {
+    /// Applies at once.
+    Record(RecordKey, Option<Bytes>),
+    /// Written by TxnOffsetCommit: applies at its producer's COMMIT marker.
+    Transactional {
+        producer_id: i64,
+        producer_epoch: i16,
+        sequence: i32,
+        key: RecordKey,
+        value: Option<Bytes>,
+    },
+    /// A transaction's COMMIT or ABORT marker.
+    Marker { producer_id: i64, commit: bool },
+}
 
 pub struct OffsetsStore {
     partition: Arc<Partition>,
@@ -84,6 +102,49 @@ impl OffsetsStore {
             + 1)
     }
 
+    /// Appends offset records as one transactional batch of producer
+    /// `(id, epoch)` starting at `sequence` (TxnOffsetCommit): they count only
+    /// once the transaction's COMMIT marker follows them in this log.
+    pub fn append_transactional(
+        &self,
+        records: &[(RecordKey, Option<Bytes>)],
+        producer: (i64, i16, i32),
+    ) -> Result<i64, LogError> {
+        let now = self.clock.now_ms();
+        let (producer_id, producer_epoch, sequence) = producer;
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional: true,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id,
+                producer_epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: sequence.wrapping_add(i as i32),
+                timestamp: now,
+                key: Some(key.encode()),
+                value: value.clone(),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options)
+            .map_err(|e| LogError::Corrupt(e.to_string()))?;
+        Ok(self
+            .partition
+            .append(&buf, &self.append_config)?
+            .last_offset
+            + 1)
+    }
+
     /// Waits until appends up to `end` are durable, when the fsync policy asks for it.
     pub async fn durable(&self, end: i64) -> Result<(), LogError> {
         if self.wait_for_fsync {
@@ -94,10 +155,7 @@ impl OffsetsStore {
 
     /// Calls `f` for every record from the start of the log, in order,
     /// reading tiered offsets from the object store.
-    pub async fn replay(
-        &self,
-        mut f: impl FnMut(RecordKey, Option<Bytes>),
-    ) -> Result<(), LogError> {
+    pub async fn replay(&self, mut f: impl FnMut(Replayed)) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
             let slice = self.partition.fetch(offset, 1 << 20, true).await?;
@@ -116,8 +174,26 @@ impl OffsetsStore {
             offset = next;
             for record in sets.into_iter().flat_map(|s| s.records) {
                 let Some(key) = record.key else { continue };
+                if record.control {
+                    // Kafka's control record key: version, then 0 abort / 1 commit.
+                    if key.len() >= 4 {
+                        let kind = i16::from_be_bytes([key[2], key[3]]);
+                        f(Replayed::Marker {
+                            producer_id: record.producer_id,
+                            commit: kind == 1,
+                        });
+                    }
+                    continue;
+                }
                 match RecordKey::decode(&key) {
-                    Ok(k) => f(k, record.value),
+                    Ok(k) if record.transactional => f(Replayed::Transactional {
+                        producer_id: record.producer_id,
+                        producer_epoch: record.producer_epoch,
+                        sequence: record.sequence,
+                        key: k,
+                        value: record.value,
+                    }),
+                    Ok(k) => f(Replayed::Record(k, record.value)),
                     Err(e) => {
                         tracing::warn!(error = %e, offset = record.offset, "skipping unreadable offsets record")
                     }

@@ -220,12 +220,30 @@ pub fn encode_batch(
     producer: Option<(i64, i16, i32)>,
     compression: Compression,
 ) -> Result<Bytes, FormatError> {
+    encode(records, producer, compression, false)
+}
+
+/// Like [`encode_batch`], for a transactional producer's batch.
+pub fn encode_transactional_batch(
+    records: Vec<NewRecord>,
+    producer: (i64, i16, i32),
+    compression: Compression,
+) -> Result<Bytes, FormatError> {
+    encode(records, Some(producer), compression, true)
+}
+
+fn encode(
+    records: Vec<NewRecord>,
+    producer: Option<(i64, i16, i32)>,
+    compression: Compression,
+    transactional: bool,
+) -> Result<Bytes, FormatError> {
     let (producer_id, producer_epoch, first_sequence) = producer.unwrap_or((-1, -1, -1));
     let records: Vec<Record> = records
         .into_iter()
         .enumerate()
         .map(|(i, (key, value, timestamp))| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,

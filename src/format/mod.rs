@@ -8,6 +8,7 @@
 //! Nothing here opens a file: functions take byte slices, `Read` or `Write`.
 
 pub mod batch;
+pub mod control;
 pub mod key_index;
 pub mod key_sketch;
 pub mod records;

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::control::AbortedTxn;
 use super::key_sketch::KeyStats;
 
 pub const SEGMENT_FORMAT_VERSION: u32 = 1;
@@ -59,4 +60,8 @@ pub struct SegmentMeta {
     /// key index is known: by a merge, or by the upload of a sealed segment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<KeyStats>,
+    /// The transactions aborted by a marker in this segment (Kafka's
+    /// `.txnindex`), oldest marker first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<AbortedTxn>,
 }

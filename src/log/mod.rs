@@ -42,8 +42,16 @@ pub enum LogError {
         epoch: i16,
         current: i16,
     },
-    #[error("transactional batches are not supported")]
-    TransactionsUnsupported,
+    #[error(
+        "producer {producer_id}: coordinator epoch {coordinator_epoch} is older than {current}"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
+    #[error("producer {producer_id} wrote a non-transactional batch inside its open transaction")]
+    InvalidTxnState { producer_id: i64 },
     #[error("object store: {0}")]
     Remote(String),
     #[error("too many sealed bytes wait for upload to the object store; retry later")]

@@ -19,11 +19,12 @@ use tokio::sync::watch;
 use super::index::write_synced;
 use super::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use super::leader_epochs::LeaderEpochs;
-use super::producer_state::{ProducerStates, Restored, SequenceCheck};
+use super::producer_state::{ProducerInfo, ProducerStates, Restored, SequenceCheck};
 use super::remote::{HeadSink, RemoteLog};
 use super::segment::Segment;
 use super::{now_ms, LogError};
 use crate::format::batch::{self, first_record, BatchHeader};
+use crate::format::control::{self, AbortedTxn, EndTxnMarker};
 use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
 
@@ -105,6 +106,21 @@ impl State {
     fn end_offset(&self) -> i64 {
         self.active().next_offset()
     }
+    /// min(first offset of the open transactions, high watermark).
+    fn last_stable_offset(&self) -> i64 {
+        let end = self.end_offset();
+        self.producers
+            .first_unstable_offset()
+            .map_or(end, |first| first.min(end))
+    }
+    /// Records a batch just appended to the active segment in the producer
+    /// state and the epoch history; an ABORT marker that ends a transaction
+    /// with data here adds it to the segment's aborted transactions.
+    fn track(&mut self, h: &BatchHeader, marker: Option<EndTxnMarker>) {
+        if let Some(aborted) = replay(&mut self.producers, &mut self.epochs, h, marker) {
+            self.active_mut().push_aborted(aborted);
+        }
+    }
     /// The segment holding `offset`, or the next one after a gap.
     fn segment_for(&self, offset: i64) -> Option<&Segment> {
         if let Some((_, s)) = self.segments.range(..=offset).next_back() {
@@ -162,13 +178,40 @@ impl Partition {
         for seg in segments.values_mut() {
             let after_snapshot = seg.next_offset() > from;
             if after_snapshot {
+                // Only markers are read beyond their header.
+                let reader = seg.reader();
+                let mut failed = None;
+                let mut aborted = Vec::new();
                 seg.reader().scan(0, |loc| {
-                    if loc.header.last_offset() >= from {
-                        producers.record(&loc.header);
-                        epochs.record(loc.header.leader_epoch, loc.header.base_offset);
+                    if loc.header.last_offset() < from {
+                        return true;
                     }
+                    let marker = if loc.header.is_control() {
+                        match reader
+                            .read_at(loc.position, loc.header.size)
+                            .and_then(|b| Ok(control::parse_marker(&b)?))
+                        {
+                            Ok(m) => m,
+                            Err(e) => {
+                                failed = Some(e);
+                                return false;
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    aborted.extend(replay(&mut producers, &mut epochs, &loc.header, marker));
                     true
                 })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                // A sealed segment's descriptor has its aborted list already.
+                if seg.meta().is_none() {
+                    for a in aborted {
+                        seg.push_aborted(a);
+                    }
+                }
             }
             if seg.meta().is_none() && Some(seg.base_offset()) != last {
                 // A crash interrupted sealing: the data is complete (the next
@@ -212,20 +255,8 @@ impl Partition {
                 max: cfg.max_message_bytes,
             });
         }
-        if header.is_transactional() {
-            return Err(LogError::TransactionsUnsupported);
-        }
-        if self
-            .backpressure
-            .get()
-            .is_some_and(|b| b.load(Ordering::Relaxed))
-        {
-            return Err(LogError::Backpressure);
-        }
-        if let Some(sink) = self.head_sink.get() {
-            sink.check()?;
-        }
-        let mut st = self.state.lock();
+        self.check_writable()?;
+        let st = self.state.lock();
         if let SequenceCheck::Duplicate(m) = st.producers.check(&header)? {
             return Ok(AppendOutcome {
                 base_offset: m.first_offset,
@@ -239,6 +270,53 @@ impl Partition {
                 duplicate: true,
             });
         }
+        self.append_locked(st, raw, header, None, cfg)
+    }
+
+    /// Appends the marker that ends producer `producer_id`'s transaction
+    /// (WriteTxnMarkers). Markers bypass sequence checks, but a producer
+    /// epoch older than the partition knows, or a coordinator epoch older
+    /// than the last marker's, is refused.
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+        cfg: &AppendConfig,
+    ) -> Result<AppendOutcome, LogError> {
+        self.check_writable()?;
+        let raw = control::encode_marker(producer_id, producer_epoch, marker, now_ms());
+        let header = BatchHeader::parse(&raw)?.expect("a marker is a whole batch");
+        let st = self.state.lock();
+        st.producers
+            .check_marker(producer_id, producer_epoch, marker.coordinator_epoch)?;
+        self.append_locked(st, &raw, header, Some(marker), cfg)
+    }
+
+    fn check_writable(&self) -> Result<(), LogError> {
+        if self
+            .backpressure
+            .get()
+            .is_some_and(|b| b.load(Ordering::Relaxed))
+        {
+            return Err(LogError::Backpressure);
+        }
+        if let Some(sink) = self.head_sink.get() {
+            sink.check()?;
+        }
+        Ok(())
+    }
+
+    /// Stamps `raw` (checked by the caller under this lock) at the end of
+    /// the log and appends it.
+    fn append_locked(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        raw: &[u8],
+        header: BatchHeader,
+        marker: Option<EndTxnMarker>,
+        cfg: &AppendConfig,
+    ) -> Result<AppendOutcome, LogError> {
         let now = now_ms();
         self.maybe_roll(&mut st, cfg, raw.len(), now)?;
         let base_offset = st.end_offset();
@@ -258,8 +336,7 @@ impl Partition {
             now,
             cfg.index_interval_bytes,
         )?;
-        st.producers.record(&stamped_header);
-        st.epochs.record(leader_epoch, base_offset);
+        st.track(&stamped_header, marker);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
                 leader_epoch,
@@ -559,10 +636,14 @@ impl Partition {
         let now = now_ms();
         self.maybe_roll(&mut st, cfg, stamped.len(), now)?;
         let (head, records) = stamped.split_at(batch::HEADER_LEN);
+        let marker = if header.is_control() {
+            control::parse_marker(stamped)?
+        } else {
+            None
+        };
         st.active_mut()
             .append(head, records, &header, now, cfg.index_interval_bytes)?;
-        st.producers.record(&header);
-        st.epochs.record(header.leader_epoch, header.base_offset);
+        st.track(&header, marker);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
                 header.leader_epoch,
@@ -611,6 +692,17 @@ impl Partition {
 
     pub fn max_producer_id(&self) -> Option<i64> {
         self.state.lock().producers.max_producer_id()
+    }
+
+    /// The last stable offset: nothing at or past it may reach a
+    /// read_committed reader, since a transaction still open may abort.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.state.lock().last_stable_offset()
+    }
+
+    /// Every producer this partition knows (DescribeProducers).
+    pub fn producers(&self) -> Vec<ProducerInfo> {
+        self.state.lock().producers.describe()
     }
 
     /// Descriptors of the sealed segments, oldest first.
@@ -915,6 +1007,35 @@ impl Partition {
         }
         Ok(!has_segments)
     }
+}
+
+/// Records batch `h` (with the marker it holds, if a control batch) in the
+/// producer state and the epoch history. Returns the transaction an ABORT
+/// marker ended, if it wrote data here, for the marker's segment.
+fn replay(
+    producers: &mut ProducerStates,
+    epochs: &mut LeaderEpochs,
+    h: &BatchHeader,
+    marker: Option<EndTxnMarker>,
+) -> Option<AbortedTxn> {
+    epochs.record(h.leader_epoch, h.base_offset);
+    let Some(marker) = marker else {
+        producers.record(h);
+        return None;
+    };
+    let done = producers.record_marker(h, marker)?;
+    if done.commit {
+        return None;
+    }
+    let end = h.last_offset() + 1;
+    Some(AbortedTxn {
+        producer_id: done.producer_id,
+        first_offset: done.first_offset,
+        last_offset: done.last_offset,
+        last_stable_offset: producers
+            .first_unstable_offset()
+            .map_or(end, |f| f.min(end)),
+    })
 }
 
 /// The producer state and epoch history to start from: the newest readable

@@ -11,14 +11,22 @@
 //! and a data directory restored from the store. The snapshot also carries
 //! the partition's leader epoch history (`leader_epochs`), which needs the
 //! same journey.
+//!
+//! Transactions add two things per producer, as in Kafka: the first offset
+//! of its open transaction (the partition's last stable offset is the
+//! smallest of these) and the epoch of the coordinator whose marker it saw
+//! last, so a marker from a deposed coordinator is refused. A marker ends
+//! the open transaction and, when it aborts one that wrote data, tells the
+//! partition which offsets read_committed readers must skip.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::leader_epochs::LeaderEpochs;
 use super::LogError;
 use crate::format::batch::BatchHeader;
+use crate::format::control::EndTxnMarker;
 
 /// Batches remembered per producer (Kafka's max.in.flight limit for idempotence).
 pub const CACHED_BATCHES: usize = 5;
@@ -34,10 +42,51 @@ pub struct BatchMetadata {
     pub max_timestamp: i64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMetadata>,
+    /// The epoch of the coordinator that wrote this producer's last marker.
+    coordinator_epoch: i32,
+    /// The first offset of the producer's open transaction in this partition.
+    txn_first_offset: Option<i64>,
+    /// The max timestamp of its last batch or marker.
+    last_timestamp: i64,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> ProducerEntry {
+        ProducerEntry {
+            epoch: 0,
+            batches: VecDeque::new(),
+            coordinator_epoch: -1,
+            txn_first_offset: None,
+            last_timestamp: -1,
+        }
+    }
+}
+
+/// A transaction a marker ended in this partition (only one that wrote data
+/// here: an empty transaction changes nothing readers see).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The offset of the marker.
+    pub last_offset: i64,
+    pub commit: bool,
+}
+
+/// What DescribeProducers reports about one producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerInfo {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    pub coordinator_epoch: i32,
+    /// First offset of the open transaction, or -1.
+    pub txn_start_offset: i64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -49,6 +98,8 @@ pub enum SequenceCheck {
 #[derive(Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// The open transactions: first offset → producer id.
+    ongoing: BTreeMap<i64, i64>,
 }
 
 /// `B.producers` (JSON): the state after every batch below `end_offset`.
@@ -67,6 +118,20 @@ struct SnapshotEntry {
     producer_id: i64,
     epoch: i16,
     batches: Vec<BatchMetadata>,
+    #[serde(default = "no_coordinator_epoch")]
+    coordinator_epoch: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    txn_first_offset: Option<i64>,
+    #[serde(default = "no_timestamp")]
+    last_timestamp: i64,
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
+}
+
+fn no_timestamp() -> i64 {
+    -1
 }
 
 impl ProducerStates {
@@ -83,6 +148,11 @@ impl ProducerStates {
                 producer_id: h.producer_id,
                 epoch: h.producer_epoch,
                 current: entry.epoch,
+            });
+        }
+        if entry.txn_first_offset.is_some() && !h.is_transactional() {
+            return Err(LogError::InvalidTxnState {
+                producer_id: h.producer_id,
             });
         }
         if h.producer_epoch > entry.epoch {
@@ -118,15 +188,96 @@ impl ProducerStates {
         }
     }
 
-    /// Records an appended batch (`h` carries its assigned base offset).
+    /// Checks a transaction marker before it is appended: the producer's
+    /// epoch must not be older than the one the partition knows (Kafka
+    /// answers INVALID_PRODUCER_EPOCH), nor the coordinator's epoch older
+    /// than that of the last marker (TRANSACTION_COORDINATOR_FENCED).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), LogError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(LogError::InvalidProducerEpoch {
+                producer_id,
+                epoch,
+                current: entry.epoch,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(LogError::CoordinatorFenced {
+                producer_id,
+                coordinator_epoch,
+                current: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records an appended marker batch `h` saying `marker`: the producer's
+    /// open transaction, if it wrote data here, is complete.
+    pub fn record_marker(&mut self, h: &BatchHeader, marker: EndTxnMarker) -> Option<CompletedTxn> {
+        let entry = self.producers.entry(h.producer_id).or_default();
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_timestamp = h.max_timestamp;
+        let first_offset = entry.txn_first_offset.take()?;
+        self.ongoing.remove(&first_offset);
+        Some(CompletedTxn {
+            producer_id: h.producer_id,
+            first_offset,
+            last_offset: h.base_offset,
+            commit: marker.commit,
+        })
+    }
+
+    /// The first offset of the oldest open transaction: nothing at or past
+    /// it is stable.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// Every producer the partition knows, by id.
+    pub fn describe(&self) -> Vec<ProducerInfo> {
+        let mut out: Vec<ProducerInfo> = self
+            .producers
+            .iter()
+            .map(|(id, e)| ProducerInfo {
+                producer_id: *id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_sequence),
+                last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                txn_start_offset: e.txn_first_offset.unwrap_or(-1),
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
+    }
+
+    /// Records an appended data batch (`h` carries its assigned base
+    /// offset); a transactional one opens the producer's transaction here
+    /// unless one is open.
     pub fn record(&mut self, h: &BatchHeader) {
-        if !h.has_producer_id() {
+        if !h.has_producer_id() || h.is_control() {
             return;
         }
         let entry = self.producers.entry(h.producer_id).or_default();
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
+        }
+        entry.last_timestamp = h.max_timestamp;
+        if h.is_transactional() && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(h.base_offset);
+            self.ongoing.insert(h.base_offset, h.producer_id);
         }
         entry.batches.push_back(BatchMetadata {
             first_sequence: h.base_sequence,
@@ -154,6 +305,9 @@ impl ProducerStates {
                 producer_id: *id,
                 epoch: e.epoch,
                 batches: e.batches.iter().copied().collect(),
+                coordinator_epoch: e.coordinator_epoch,
+                txn_first_offset: e.txn_first_offset,
+                last_timestamp: e.last_timestamp,
             })
             .collect();
         producers.sort_unstable_by_key(|e| e.producer_id);
@@ -177,6 +331,11 @@ impl ProducerStates {
                 s.format_version
             )));
         }
+        let ongoing = s
+            .producers
+            .iter()
+            .filter_map(|e| Some((e.txn_first_offset?, e.producer_id)))
+            .collect();
         let producers = s
             .producers
             .into_iter()
@@ -184,13 +343,16 @@ impl ProducerStates {
                 let entry = ProducerEntry {
                     epoch: e.epoch,
                     batches: e.batches.into_iter().collect(),
+                    coordinator_epoch: e.coordinator_epoch,
+                    txn_first_offset: e.txn_first_offset,
+                    last_timestamp: e.last_timestamp,
                 };
                 (e.producer_id, entry)
             })
             .collect();
         Ok(Restored {
             end_offset: s.end_offset,
-            producers: ProducerStates { producers },
+            producers: ProducerStates { producers, ongoing },
             epochs: s.leader_epochs,
         })
     }

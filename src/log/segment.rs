@@ -16,6 +16,7 @@ use super::leader_epochs::LeaderEpochs;
 use super::producer_state::ProducerStates;
 use super::LogError;
 use crate::format::batch::{self, BatchHeader, HEADER_LEN};
+use crate::format::control::AbortedTxn;
 use crate::format::segment::{
     file_name, SegmentMeta, INDEX_EXT, KEY_INDEX_EXT, LOG_EXT, META_EXT, SEGMENT_FORMAT_VERSION,
     SNAPSHOT_EXT, TIME_INDEX_EXT,
@@ -34,6 +35,8 @@ pub struct Segment {
     created_ms: i64,
     index: SegmentIndex,
     meta: Option<SegmentMeta>,
+    /// Transactions aborted by markers in this segment, oldest first.
+    aborted: Vec<AbortedTxn>,
 }
 
 /// A batch position found by scanning headers.
@@ -76,6 +79,7 @@ impl Segment {
                 seg.max_timestamp = m.max_timestamp;
                 seg.max_timestamp_position = m.max_timestamp_position;
                 seg.created_ms = m.created_ms;
+                seg.aborted = m.aborted.clone();
                 let (ip, tp) = seg.index_paths();
                 seg.index = match SegmentIndex::read_files(&ip, &tp) {
                     Some(idx) => idx,
@@ -106,6 +110,7 @@ impl Segment {
             created_ms: now_ms,
             index: SegmentIndex::default(),
             meta: None,
+            aborted: Vec::new(),
         }
     }
 
@@ -247,6 +252,7 @@ impl Segment {
             created_ms: self.created_ms,
             sealed_ms: now_ms,
             keys: None,
+            aborted: self.aborted.clone(),
         };
         let json =
             serde_json::to_vec_pretty(&meta).map_err(|e| LogError::Corrupt(e.to_string()))?;
@@ -304,6 +310,18 @@ impl Segment {
     pub fn is_empty(&self) -> bool {
         self.size == 0
     }
+    /// The transactions aborted by markers in this segment.
+    pub fn aborted(&self) -> &[AbortedTxn] {
+        &self.aborted
+    }
+
+    /// Records a transaction aborted by a marker appended to this
+    /// (unsealed) segment.
+    pub fn push_aborted(&mut self, aborted: AbortedTxn) {
+        debug_assert!(self.meta.is_none(), "aborted entry for a sealed segment");
+        self.aborted.push(aborted);
+    }
+
     pub fn meta(&self) -> Option<&SegmentMeta> {
         self.meta.as_ref()
     }

@@ -300,6 +300,7 @@ mod tests {
             created_ms: 0,
             sealed_ms: 0,
             keys: None,
+            aborted: Vec::new(),
         };
         let root = tempfile::tempdir().unwrap();
         let store = open(&default_url(root.path()), &S3Options::default()).unwrap();

@@ -15,6 +15,7 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::ManifestError;
+use crate::format::control::AbortedTxn;
 use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 
@@ -61,6 +62,10 @@ pub struct TieredSegment {
     /// the policy estimates the share of superseded records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keys: Option<KeyStats>,
+    /// Transactions aborted by markers in this segment, for read_committed
+    /// fetches served from the store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<AbortedTxn>,
 }
 
 impl TieredSegment {
@@ -75,6 +80,7 @@ impl TieredSegment {
             level: m.level,
             batch_count: m.batch_count,
             keys: m.keys.clone(),
+            aborted: m.aborted.clone(),
         }
     }
 
@@ -92,6 +98,7 @@ impl TieredSegment {
             created_ms: 0,
             sealed_ms: 0,
             keys: self.keys.clone(),
+            aborted: self.aborted.clone(),
         }
     }
 
@@ -322,6 +329,7 @@ mod tests {
             level: 0,
             batch_count: 1,
             keys: None,
+            aborted: Vec::new(),
         }
     }
 

@@ -27,6 +27,8 @@ use crate::cluster::{
 };
 use crate::config::BrokerConfig;
 use crate::coordinator::store::OFFSETS_TOPIC;
+use crate::coordinator::txn::store::TXN_TOPIC;
+use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
 use crate::tier::{Claim, Tier, WalCollector};
 use crate::wal::{self, Wal};
@@ -194,6 +196,8 @@ pub(super) struct Leadership {
     pub tier: Arc<Tier>,
     pub wal: Arc<Wal>,
     pub coordinator: Arc<GroupCoordinator>,
+    /// Coordinates transactions while this broker leads `__transaction_state`.
+    pub txn: Arc<TxnCoordinator>,
     /// Told why when this run of the broker must end.
     pub fatal: watch::Sender<Option<String>>,
 }
@@ -345,10 +349,20 @@ impl Leadership {
                 Ok(_) if claim.topic.name() == OFFSETS_TOPIC => {
                     self.coordinator.reload().await.map_err(anyhow::Error::from)
                 }
+                // Replayed once served (the coordinator answers only then),
+                // below; prepared transactions get their markers again.
+                Ok(_) if claim.topic.name() == TXN_TOPIC => Ok(()),
                 Ok(_) => Ok(()),
                 Err(e) => Err(e.into()),
             };
             match ready {
+                Ok(()) if claim.topic.name() == TXN_TOPIC => {
+                    self.node.start_serving(topic_id, index, epoch);
+                    if let Err(e) = self.txn.reload().await {
+                        tracing::warn!(error = %e, "loading the transaction state failed; will retry");
+                        self.node.stop_serving(topic_id, index);
+                    }
+                }
                 Ok(()) => self.node.start_serving(topic_id, index, epoch),
                 Err(e) => {
                     tracing::warn!(topic = %topic_id, partition = index, epoch, error = %e, "takeover failed; will retry")

@@ -21,6 +21,8 @@ use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
+use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
+use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
 use crate::manifest::counted::{Counted, RequestCounts};
 use crate::manifest::store::open_from_args;
@@ -74,6 +76,7 @@ impl Server {
         let random = clock::os_random();
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
+        let txn_config = config.transactions();
         let scheduler_settings = SchedulerSettings {
             delete_delay_ms: config.compaction_delete_delay_ms,
             max_run_ms: config.orphan_min_age_ms / 2,
@@ -97,20 +100,28 @@ impl Server {
         if let Some(j) = &joined {
             let internal = [
                 OffsetsStore::topic_spec(&coordinator_config),
+                TxnStore::topic_spec(txn_config.segment_bytes),
                 Scheduler::topic_spec(),
             ];
             cluster::adopt_topics(&j.node, &catalog, &internal).await?;
         }
-        let (offsets, scheduler) = {
+        let (offsets, txn_store, scheduler) = {
             let coordinator_config = coordinator_config.clone();
+            let txn_config = txn_config.clone();
             let clock = clock.clone();
             let catalog = catalog.clone();
             tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                // Before the tier opens, so that a first start's new offsets
-                // and jobs topics get their remote parts with every other partition.
+                // Before the tier opens, so that a first start's new offsets,
+                // transaction and jobs topics get their remote parts with every other partition.
                 let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock.clone())?;
+                let txn_store = TxnStore::open(
+                    &catalog,
+                    txn_config.segment_bytes,
+                    txn_config.wait_for_fsync,
+                    clock.clone(),
+                )?;
                 let scheduler = Scheduler::open(catalog.clone(), scheduler_settings, clock)?;
-                Ok((offsets, Arc::new(scheduler)))
+                Ok((offsets, txn_store, Arc::new(scheduler)))
             })
             .await??
         };
@@ -134,9 +145,27 @@ impl Server {
             )
             .await?,
         );
+        let cluster_node = joined.as_ref().map(|j| j.node.clone());
+        let txn_leadership = cluster_node.as_ref().and_then(|node| {
+            let id = catalog.topic(TXN_TOPIC)?.id();
+            let node = node.clone();
+            let l: crate::coordinator::txn::Leadership = Arc::new(move || node.serving(id, 0));
+            Some(l)
+        });
+        let txn = Arc::new(
+            TxnCoordinator::open(
+                txn_store,
+                txn_config,
+                clock.clone(),
+                Broker::producer_ids(catalog.clone(), cluster_node),
+                txn_leadership,
+            )
+            .await?,
+        );
         let broker = Arc::new(Broker::new(
             catalog,
             coordinator.clone(),
+            txn.clone(),
             &config,
             host.clone(),
             port,
@@ -153,6 +182,7 @@ impl Server {
                 tier: tier.clone(),
                 wal: j.wal.clone(),
                 coordinator: coordinator.clone(),
+                txn: txn.clone(),
                 fatal: fatal.clone(),
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
@@ -184,6 +214,23 @@ impl Server {
                 stop_rx.clone(),
             ));
         }
+        if let Some(jobs) = txn.marker_jobs() {
+            tokio::spawn(crate::api::run_markers(
+                broker.clone(),
+                jobs,
+                Duration::from_millis(config.txn_marker_delay_ms),
+                stop_rx.clone(),
+            ));
+        }
+        tokio::spawn(run_txn_timers(
+            txn,
+            Duration::from_millis(
+                config
+                    .transaction_abort_timed_out_transaction_cleanup_interval_ms
+                    .max(1),
+            ),
+            stop_rx.clone(),
+        ));
         let retention_check =
             Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
         tokio::spawn(run_coordinator_timers(
@@ -450,6 +497,27 @@ async fn run_coordinator_timers(
                     last_expiry = now;
                 }
                 coordinator.tick(expire);
+            }
+        }
+    }
+}
+
+/// Aborts transactions past their timeout and expires idle transactional ids.
+async fn run_txn_timers(
+    txn: Arc<TxnCoordinator>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                let (aborted, expired) = txn.tick().await;
+                if aborted + expired > 0 {
+                    tracing::debug!(aborted, expired, "transaction timers");
+                }
             }
         }
     }

@@ -167,6 +167,7 @@ mod tests {
                 level: 0,
                 batch_count: 1,
                 keys: None,
+                aborted: Vec::new(),
             });
         });
         ManifestStore::new(

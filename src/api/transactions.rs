@@ -1,0 +1,635 @@
+//! The transaction APIs a producer and the admin tools use: InitProducerId
+//! with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
+//! TxnOffsetCommit, EndTxn, DescribeTransactions and ListTransactions,
+//! translated to and from the transaction coordinator (and, for
+//! TxnOffsetCommit, the group coordinator). Also the one task that writes
+//! the coordinator's COMMIT/ABORT markers: through the WriteTxnMarkers
+//! handler for partitions this broker leads, and as a WriteTxnMarkers
+//! request to the leader for the others, until every partition has its
+//! marker.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
+use kafka_protocol::messages::list_transactions_response;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::{mpsc, watch};
+
+use super::{broker_client, Broker, Route};
+use crate::coordinator::store::OFFSETS_TOPIC;
+use crate::coordinator::txn::state::{TxnError, TxnState};
+use crate::coordinator::txn::MarkerJob;
+use crate::coordinator::{Committer, OffsetCommit};
+
+/// Kafka's code for a coordinator error. Before KIP-588 (InitProducerId v4,
+/// AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2) a fenced producer is
+/// told INVALID_PRODUCER_EPOCH.
+fn code(e: &TxnError, fenced_code_known: bool) -> i16 {
+    match e {
+        TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        TxnError::ProducerFenced if fenced_code_known => ResponseError::ProducerFenced,
+        TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
+        TxnError::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout,
+        TxnError::TransactionalIdNotFound => ResponseError::TransactionalIdNotFound,
+        TxnError::NotCoordinator => ResponseError::NotCoordinator,
+        TxnError::LoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        TxnError::NoProducerId(_) | TxnError::Storage(_) => ResponseError::CoordinatorNotAvailable,
+    }
+    .code()
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// InitProducerId for a transactional producer.
+pub async fn init_producer_id(
+    broker: Arc<Broker>,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default();
+    let id = req
+        .transactional_id
+        .as_ref()
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let failed = |code: i16| {
+        InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    if id.is_empty() {
+        return failed(ResponseError::InvalidRequest.code());
+    }
+    let expected = (req.producer_id.0 >= 0 && req.producer_epoch >= 0)
+        .then_some((req.producer_id.0, req.producer_epoch));
+    match broker
+        .txn
+        .init_producer_id(&id, req.transaction_timeout_ms, expected)
+        .await
+    {
+        Ok((pid, epoch)) => resp
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch),
+        Err(e) => {
+            if !matches!(
+                e,
+                TxnError::ConcurrentTransactions | TxnError::NotCoordinator
+            ) {
+                tracing::info!(transactional_id = %id, error = %e, "InitProducerId refused");
+            }
+            failed(code(&e, version >= 4))
+        }
+    }
+}
+
+/// Whether a partition exists, for AddPartitionsToTxn.
+fn known(broker: &Broker, topic: &str, partition: i32) -> bool {
+    broker
+        .catalog
+        .topic(topic)
+        .is_some_and(|t| t.partition(partition).is_some())
+}
+
+/// One transaction's partitions: added (or verified), each with its code.
+async fn add_one(
+    broker: &Broker,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    verify_only: bool,
+    topics: &[AddPartitionsToTxnTopic],
+    version: i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let wanted: Vec<(String, i32)> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.to_string(), *p)))
+        .collect();
+    let mut codes: BTreeMap<(String, i32), i16> = BTreeMap::new();
+    if verify_only {
+        for tp in &wanted {
+            let c = broker
+                .txn
+                .verify_partition(id, producer_id, producer_epoch, tp)
+                .err()
+                .map_or(0, |e| code(&e, true));
+            codes.insert(tp.clone(), c);
+        }
+    } else {
+        let unknown: Vec<&(String, i32)> = wanted
+            .iter()
+            .filter(|(t, p)| !known(broker, t, *p))
+            .collect();
+        if !unknown.is_empty() {
+            // As Kafka: the unknown partitions fail, the others are not attempted.
+            for tp in &wanted {
+                let c = if unknown.contains(&tp) {
+                    ResponseError::UnknownTopicOrPartition
+                } else {
+                    ResponseError::OperationNotAttempted
+                };
+                codes.insert(tp.clone(), c.code());
+            }
+        } else {
+            let c = broker
+                .txn
+                .add_partitions(id, producer_id, producer_epoch, &wanted)
+                .await
+                .err()
+                .map_or(0, |e| code(&e, version >= 2));
+            codes.extend(wanted.iter().map(|tp| (tp.clone(), c)));
+        }
+    }
+    let mut by_topic: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+    for ((topic, partition), c) in codes {
+        let r = AddPartitionsToTxnPartitionResult::default()
+            .with_partition_index(partition)
+            .with_partition_error_code(c);
+        match by_topic.last_mut() {
+            Some(t) if t.name.as_str() == topic => t.results_by_partition.push(r),
+            _ => by_topic.push(
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(TopicName(s(&topic)))
+                    .with_results_by_partition(vec![r]),
+            ),
+        }
+    }
+    by_topic
+}
+
+/// AddPartitionsToTxn: v0–v3 from a producer (one transaction), v4+ batched
+/// (several transactions, possibly verify-only, as brokers send them).
+pub async fn add_partitions_to_txn(
+    broker: Arc<Broker>,
+    req: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    if version <= 3 {
+        let results = add_one(
+            &broker,
+            &req.v3_and_below_transactional_id,
+            req.v3_and_below_producer_id.0,
+            req.v3_and_below_producer_epoch,
+            false,
+            &req.v3_and_below_topics,
+            version,
+        )
+        .await;
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    let mut out = Vec::with_capacity(req.transactions.len());
+    for t in &req.transactions {
+        let results = add_one(
+            &broker,
+            &t.transactional_id,
+            t.producer_id.0,
+            t.producer_epoch,
+            t.verify_only,
+            &t.topics,
+            version,
+        )
+        .await;
+        out.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id.clone())
+                .with_topic_results(results),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(out)
+}
+
+/// The partition of `__consumer_offsets` that holds a group's offsets
+/// (there is one).
+fn offsets_partition() -> (String, i32) {
+    (OFFSETS_TOPIC.to_string(), 0)
+}
+
+/// AddOffsetsToTxn: the group's offsets partition joins the transaction.
+pub async fn add_offsets_to_txn(
+    broker: Arc<Broker>,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let result = if req.group_id.is_empty() {
+        Err(ResponseError::InvalidGroupId.code())
+    } else {
+        broker
+            .txn
+            .add_partitions(
+                &req.transactional_id,
+                req.producer_id.0,
+                req.producer_epoch,
+                &[offsets_partition()],
+            )
+            .await
+            .map_err(|e| code(&e, version >= 2))
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(result.err().unwrap_or(0))
+}
+
+/// TxnOffsetCommit: offsets kept pending in the group coordinator until the
+/// transaction's COMMIT marker reaches `__consumer_offsets`.
+pub async fn txn_offset_commit(
+    broker: Arc<Broker>,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    let all = |c: i16| {
+        let topics = req
+            .topics
+            .iter()
+            .map(|t| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(c)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    };
+    // When this broker also coordinates the transaction, check that the
+    // offsets partition was added (AddOffsetsToTxn first), so that no
+    // pending offsets wait for a marker that will never come.
+    if broker.txn.is_coordinator() {
+        if let Err(e) = broker.txn.check_offsets_partition(
+            &req.transactional_id,
+            req.producer_id.0,
+            req.producer_epoch,
+            &offsets_partition(),
+        ) {
+            let c = match e {
+                TxnError::ProducerFenced => ResponseError::ProducerFenced.code(),
+                TxnError::LoadInProgress => ResponseError::CoordinatorLoadInProgress.code(),
+                _ => ResponseError::InvalidTxnState.code(),
+            };
+            return all(c);
+        }
+    }
+    let who = Committer {
+        member_id: if version >= 3 {
+            req.member_id.to_string()
+        } else {
+            String::new()
+        },
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        generation: if version >= 3 { req.generation_id } else { -1 },
+        version,
+    };
+    let offsets: Vec<OffsetCommit> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| OffsetCommit {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: if version >= 2 {
+                    p.committed_leader_epoch
+                } else {
+                    -1
+                },
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            })
+        })
+        .collect();
+    let results = match broker
+        .coordinator
+        .txn_commit(
+            &req.group_id,
+            req.producer_id.0,
+            req.producer_epoch,
+            &who,
+            offsets,
+        )
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return all(super::groups::error_code(&e)),
+    };
+    let mut topics: Vec<TxnOffsetCommitResponseTopic> = Vec::new();
+    for ((topic, partition), r) in results {
+        let p = TxnOffsetCommitResponsePartition::default()
+            .with_partition_index(partition)
+            .with_error_code(r.err().map_or(0, |e| super::groups::error_code(&e)));
+        match topics.last_mut() {
+            Some(t) if t.name.as_str() == topic => t.partitions.push(p),
+            _ => topics.push(
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(TopicName(s(&topic)))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
+/// EndTxn: answered once PrepareCommit/PrepareAbort is durable.
+pub async fn end_txn(broker: Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let result = broker
+        .txn
+        .end_txn(
+            &req.transactional_id,
+            req.producer_id.0,
+            req.producer_epoch,
+            req.committed,
+        )
+        .await;
+    EndTxnResponse::default().with_error_code(result.err().map_or(0, |e| code(&e, version >= 2)))
+}
+
+/// DescribeTransactions.
+pub fn describe_transactions(
+    broker: &Broker,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let states = req
+        .transactional_ids
+        .iter()
+        .map(|id| {
+            let base = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1);
+            match broker.txn.describe(id) {
+                Ok(d) => base
+                    .with_transaction_state(s(d.state.name()))
+                    .with_transaction_timeout_ms(d.timeout_ms)
+                    .with_transaction_start_time_ms(d.start_ms)
+                    .with_producer_id(ProducerId(d.producer_id))
+                    .with_producer_epoch(d.producer_epoch)
+                    .with_topics(
+                        d.partitions
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                TopicData::default()
+                                    .with_topic(TopicName(s(&t)))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    ),
+                Err(e) => base.with_error_code(code(&e, true)),
+            }
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+/// ListTransactions: the transactions this broker coordinates, filtered
+/// by state, producer id, running time (v1+) and id pattern (v2+).
+pub fn list_transactions(
+    broker: &Broker,
+    req: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
+    let resp = ListTransactionsResponse::default();
+    let mut states = BTreeSet::new();
+    let mut unknown = Vec::new();
+    for name in &req.state_filters {
+        match TxnState::from_name(name) {
+            Some(st) => {
+                states.insert(st.id());
+            }
+            None => unknown.push(name.clone()),
+        }
+    }
+    let pattern = match req
+        .transactional_id_pattern
+        .as_deref()
+        .filter(|p| version >= 2 && !p.is_empty())
+    {
+        None => None,
+        Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
+            Ok(r) => Some(r),
+            Err(_) => return resp.with_error_code(ResponseError::InvalidRegularExpression.code()),
+        },
+    };
+    let listed = match broker.txn.list() {
+        Ok(l) => l,
+        // Every broker is asked; one that coordinates nothing lists nothing.
+        Err(TxnError::NotCoordinator) => Vec::new(),
+        Err(e) => return resp.with_error_code(code(&e, true)),
+    };
+    let now = broker.clock.now_ms();
+    let pids: BTreeSet<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
+    let out = listed
+        .into_iter()
+        .filter(|d| states.is_empty() || states.contains(&d.state.id()))
+        .filter(|d| pids.is_empty() || pids.contains(&d.producer_id))
+        .filter(|d| {
+            version < 1
+                || req.duration_filter < 0
+                || (d.start_ms >= 0 && now - d.start_ms >= req.duration_filter)
+        })
+        .filter(|d| {
+            pattern
+                .as_ref()
+                .is_none_or(|r| r.is_match(&d.transactional_id))
+        })
+        .map(|d| {
+            list_transactions_response::TransactionState::default()
+                .with_transactional_id(TransactionalId(s(&d.transactional_id)))
+                .with_producer_id(ProducerId(d.producer_id))
+                .with_transaction_state(s(d.state.name()))
+        })
+        .collect();
+    resp.with_unknown_state_filters(unknown)
+        .with_transaction_states(out)
+}
+
+/// Writes the markers of every finished transaction the coordinator queues,
+/// each in its own task, until `stop`. `delay` holds them back after the
+/// EndTxn answer (tests kill the broker in that window).
+pub async fn run_markers(
+    broker: Arc<Broker>,
+    mut jobs: mpsc::UnboundedReceiver<MarkerJob>,
+    delay: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let watch = stop.clone();
+    loop {
+        let job = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            job = jobs.recv() => job,
+        };
+        match job {
+            Some(job) => {
+                tokio::spawn(send_markers(broker.clone(), job, delay, watch.clone()));
+            }
+            None => return,
+        }
+    }
+}
+
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Writes one transaction's markers to every partition, retrying those that
+/// fail until written (or no longer wanted: another coordinator took over,
+/// or finished it), then completes the transaction.
+async fn send_markers(
+    broker: Arc<Broker>,
+    job: MarkerJob,
+    delay: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    if !delay.is_zero() {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    let mut remaining: BTreeSet<(String, i32)> = job.partitions.iter().cloned().collect();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if !broker.txn.wants_markers(&job) {
+            return;
+        }
+        if !remaining.is_empty() {
+            let written = write_markers(&broker, &job, &remaining).await;
+            for tp in written {
+                remaining.remove(&tp);
+            }
+        }
+        if remaining.is_empty() {
+            match broker.txn.complete_markers(&job).await {
+                Ok(()) => return,
+                Err(TxnError::NotCoordinator) => return,
+                Err(e) => {
+                    tracing::warn!(transactional_id = %job.transactional_id, error = %e, "could not complete the transaction; will retry")
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One round: the partitions whose marker is now written (or that no
+/// longer exist), grouped into one request per leader.
+async fn write_markers(
+    broker: &Arc<Broker>,
+    job: &MarkerJob,
+    partitions: &BTreeSet<(String, i32)>,
+) -> Vec<(String, i32)> {
+    let mut done = Vec::new();
+    let mut by_leader: BTreeMap<Option<i32>, Vec<(String, i32)>> = BTreeMap::new();
+    for (topic, p) in partitions {
+        let Some(t) = broker
+            .catalog
+            .topic(topic)
+            .filter(|t| t.partition(*p).is_some())
+        else {
+            // Deleted meanwhile: nothing left to mark, as in Kafka.
+            done.push((topic.clone(), *p));
+            continue;
+        };
+        let leader = match broker.route(t.id(), *p) {
+            Route::Serve(_) => None,
+            Route::Elsewhere => match broker
+                .cluster
+                .as_ref()
+                .and_then(|c| c.leader_of(t.id(), *p))
+            {
+                Some((node, _)) => Some(node),
+                None => continue,
+            },
+        };
+        by_leader
+            .entry(leader)
+            .or_default()
+            .push((topic.clone(), *p));
+    }
+    for (leader, tps) in by_leader {
+        let req = marker_request(job, &tps);
+        let resp = match leader {
+            None => Ok(super::txn_markers::write_txn_markers(broker.clone(), req).await),
+            Some(node) => {
+                let addr = super::metadata::brokers(broker)
+                    .into_iter()
+                    .find(|(id, _, _)| *id == node)
+                    .map(|(_, host, port)| format!("{host}:{port}"));
+                match addr {
+                    Some(addr) => broker_client::write_txn_markers(&addr, req).await,
+                    None => continue,
+                }
+            }
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(leader = ?leader, error = %e, "sending markers failed; will retry");
+                continue;
+            }
+        };
+        for marker in resp.markers {
+            for t in marker.topics {
+                for p in t.partitions {
+                    let tp = (t.name.to_string(), p.partition_index);
+                    match ResponseError::try_from_code(p.error_code) {
+                        None => done.push(tp),
+                        // Gone, or the partition's producer moved past this
+                        // epoch already: nothing to write there.
+                        Some(ResponseError::UnknownTopicOrPartition)
+                        | Some(ResponseError::InvalidProducerEpoch) => {
+                            tracing::warn!(topic = %tp.0, partition = tp.1, code = p.error_code, transactional_id = %job.transactional_id, "marker not written");
+                            done.push(tp)
+                        }
+                        Some(e) => {
+                            tracing::debug!(topic = %tp.0, partition = tp.1, error = ?e, "marker not written yet; will retry")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    done
+}
+
+fn marker_request(job: &MarkerJob, partitions: &[(String, i32)]) -> WriteTxnMarkersRequest {
+    let mut topics: Vec<WritableTxnMarkerTopic> = Vec::new();
+    for (topic, p) in partitions {
+        match topics.last_mut() {
+            Some(t) if t.name.as_str() == topic => t.partition_indexes.push(*p),
+            _ => topics.push(
+                WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(s(topic)))
+                    .with_partition_indexes(vec![*p]),
+            ),
+        }
+    }
+    WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(job.producer_id))
+        .with_producer_epoch(job.producer_epoch)
+        .with_transaction_result(job.commit)
+        .with_coordinator_epoch(job.coordinator_epoch)
+        .with_topics(topics)])
+}
