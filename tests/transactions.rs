@@ -130,10 +130,21 @@ fn read(
     got
 }
 
-fn set(values: &[String]) -> BTreeSet<String> {
-    let s: BTreeSet<String> = values.iter().cloned().collect();
-    assert_eq!(s.len(), values.len(), "a value was read twice");
-    s
+/// Asserts that `got` holds each value of `want` once and nothing else,
+/// naming a few of the missing and unexpected values.
+fn assert_read(got: &[String], want: &BTreeSet<String>, what: &str) {
+    let set: BTreeSet<String> = got.iter().cloned().collect();
+    assert_eq!(set.len(), got.len(), "{what}: a value was read twice");
+    let missing: Vec<_> = want.difference(&set).collect();
+    let extra: Vec<_> = set.difference(want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{what}: {} missing (e.g. {:?}), {} unexpected (e.g. {:?})",
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        extra.len(),
+        &extra[..extra.len().min(5)]
+    );
 }
 
 /// High watermark per partition as a read_uncommitted reader sees it.
@@ -166,11 +177,11 @@ fn read_committed_sees_committed_transactions_only_and_read_uncommitted_sees_all
     let mut want = expected(3, 50, "committed1");
     want.extend(expected(3, 50, "committed2"));
     let committed = read(&bs, "read_committed", "visibility", 3, want.len());
-    assert_eq!(set(&committed), want, "read_committed");
+    assert_read(&committed, &want, "read_committed");
 
     want.extend(expected(3, 50, "aborted"));
     let uncommitted = read(&bs, "read_uncommitted", "visibility", 3, want.len());
-    assert_eq!(set(&uncommitted), want, "read_uncommitted");
+    assert_read(&uncommitted, &want, "read_uncommitted");
 
     // Each transaction left one control record (its marker) per partition.
     let hw = high_watermarks(&bs, "visibility", 3);
@@ -290,7 +301,7 @@ fn markers_are_completed_after_kill_minus_nine_between_end_txn_and_markers() {
     let broker = Process::start(dir.path(), port, &["--fsync", "always"]);
     let want = expected(PARTITIONS, PER_PARTITION, "committed");
     let got = read(&bs, "read_committed", "markers", PARTITIONS, want.len());
-    assert_eq!(set(&got), want, "the whole committed transaction");
+    assert_read(&got, &want, "the whole committed transaction");
     let hw = high_watermarks(&bs, "markers", PARTITIONS);
     assert!(
         hw.values().all(|&h| h == PER_PARTITION as i64 + 1),
@@ -316,11 +327,7 @@ fn markers_are_completed_after_kill_minus_nine_between_end_txn_and_markers() {
     let mut want = want;
     want.extend(expected(PARTITIONS, 1, "later"));
     let got = read(&bs, "read_committed", "markers", PARTITIONS, want.len());
-    assert_eq!(
-        set(&got),
-        want,
-        "committed, then nothing aborted, then later"
-    );
+    assert_read(&got, &want, "committed, then nothing aborted, then later");
     let hw = high_watermarks(&bs, "markers", PARTITIONS);
     assert!(
         hw.values()

@@ -94,7 +94,14 @@ class TransactionsTest {
         && System.nanoTime() < deadline) {
       Thread.sleep(200);
     }
-    assertEquals(sorted(want), got, level + " read of " + topic);
+    if (got.equals(sorted(want))) return;
+    List<String> missing = new ArrayList<>(want);
+    missing.removeAll(got);
+    List<String> extra = new ArrayList<>(got);
+    extra.removeAll(want);
+    fail(level + " read of " + topic + ": " + got.size() + " values, " + want.size() + " wanted; "
+        + missing.size() + " missing (e.g. " + missing.subList(0, Math.min(5, missing.size())) + "), "
+        + extra.size() + " unexpected (e.g. " + extra.subList(0, Math.min(5, extra.size())) + ")");
   }
 
   static void produce(KafkaProducer<byte[], byte[]> p, String topic, int partitions, String prefix, int n) {
@@ -202,11 +209,9 @@ class TransactionsTest {
           continue;
         }
         p.commitTransaction();
-        // The markers follow EndTxn's answer: a stable read waits for them (KIP-447).
-        Map<TopicPartition, OffsetAndMetadata> now = stableOffsets(group);
-        for (var e : next.entrySet()) {
-          assertEquals(e.getValue().offset(), now.get(e.getKey()).offset(), "offset committed with " + e.getKey());
-        }
+        Map<TopicPartition, Long> want = new HashMap<>();
+        next.forEach((tp, o) -> want.put(tp, o.offset()));
+        awaitStableOffsets(group, want);
       }
     }
     assertTrue(aborted > 0, "no batch was aborted");
@@ -216,13 +221,29 @@ class TransactionsTest {
     assertValues(want, out, 3, IsolationLevel.READ_COMMITTED);
     assertTrue(readValues(out, 3, IsolationLevel.READ_UNCOMMITTED).size() > n,
         "the aborted batches are in the log for read_uncommitted readers");
-    Map<TopicPartition, OffsetAndMetadata> committed = stableOffsets(group);
-    for (TopicPartition tp : inTps) assertEquals(n / 3, committed.get(tp).offset(), "group offset of " + tp);
+    Map<TopicPartition, Long> end = new HashMap<>();
+    for (TopicPartition tp : inTps) end.put(tp, (long) n / 3);
+    awaitStableOffsets(group, end);
   }
 
-  static Map<TopicPartition, OffsetAndMetadata> stableOffsets(String group) throws Exception {
-    return admin.listConsumerGroupOffsets(Map.of(group, new ListConsumerGroupOffsetsSpec()),
-        new ListConsumerGroupOffsetsOptions().requireStable(true)).partitionsToOffsetAndMetadata(group).get();
+  /**
+   * Waits until the group's offsets of these partitions are the wanted ones. The COMMIT marker
+   * that makes them visible follows EndTxn's answer; until then a stable read (KIP-447) answers
+   * UNSTABLE_OFFSET_COMMIT for them, which Admin reports as absent.
+   */
+  static void awaitStableOffsets(String group, Map<TopicPartition, Long> want) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    Map<TopicPartition, Long> got = new HashMap<>();
+    while (true) {
+      Map<TopicPartition, OffsetAndMetadata> all = admin.listConsumerGroupOffsets(
+          Map.of(group, new ListConsumerGroupOffsetsSpec().topicPartitions(want.keySet())),
+          new ListConsumerGroupOffsetsOptions().requireStable(true)).partitionsToOffsetAndMetadata(group).get();
+      got.clear();
+      all.forEach((tp, o) -> got.put(tp, o == null ? null : o.offset()));
+      if (got.equals(want) || System.nanoTime() > deadline) break;
+      Thread.sleep(50);
+    }
+    assertEquals(want, got, "committed offsets of group " + group);
   }
 
   @Test
@@ -235,10 +256,9 @@ class TransactionsTest {
       produce(older, t, 1, "older", 10);
       older.flush();
       try (KafkaProducer<byte[], byte[]> newer = txnProducer(id, Map.of())) {
-        Exception e = assertThrows(KafkaException.class, () -> {
-          produce(older, t, 1, "older-again", 1);
-          older.commitTransaction();
-        });
+        // EndTxn with the older epoch: PRODUCER_FENCED. (A Produce with it would get Kafka's
+        // INVALID_PRODUCER_EPOCH, which the client treats as abortable, not fatal.)
+        Exception e = assertThrows(KafkaException.class, older::commitTransaction);
         assertTrue(rootOf(e, ProducerFencedException.class) != null, "older producer: " + e);
         newer.beginTransaction();
         produce(newer, t, 1, "newer", 5);
