@@ -45,7 +45,7 @@ import strata.it.GroupSupport.StrataProcess;
  * Kafka Streams word count (a KTable of counts, RocksDB store with a changelog, a repartition
  * topic) under processing.guarantee=exactly_once_v2 on a private broker: the final count of every
  * word is exact and each word's committed updates only rise, also when the broker is killed with -9
- * and restarted (twice) while the application is processing.
+ * and restarted (three times) while the application is processing.
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class StreamsEosTest {
@@ -109,7 +109,7 @@ class StreamsEosTest {
               p.flush();
               Thread.sleep(40);
             }
-            if (kill && i % (lines / 3) == lines / 6) { // twice: at 1/6 and 1/2 of the input
+            if (kill && i % (lines / 3) == lines / 6) { // at 1/6, 1/2 and 5/6 of the input
               awaitSomeOutput(bs, out);
               long k = System.nanoTime();
               broker.kill9();
