@@ -314,7 +314,8 @@ import subprocess, sys, time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 b, t = sys.argv[1], sys.argv[2]
-AdminClient({"bootstrap.servers": b}).create_topics([NewTopic(t, 1, 1)])[t].result(timeout=20)
+admin = AdminClient({"bootstrap.servers": b})  # (kept alive until the future resolves)
+admin.create_topics([NewTopic(t, 1, 1)])[t].result(timeout=20)
 
 def kcat(isolation):
     out = subprocess.run(["timeout", "30", "kcat", "-b", b, "-C", "-t", t, "-p", "0", "-e", "-q",
