@@ -117,6 +117,8 @@ struct Fetched {
     /// (offset, value or control marker text) of every record, control
     /// records as "COMMIT"/"ABORT".
     records: Vec<(i64, String)>,
+    /// The producer id of each record.
+    producers: Vec<i64>,
 }
 
 async fn fetch(raw: &mut Raw, topic: &str, offset: i64, isolation_level: i8) -> Fetched {
@@ -132,6 +134,7 @@ async fn fetch(raw: &mut Raw, topic: &str, offset: i64, isolation_level: i8) -> 
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 11, &req).await;
     let p = &resp.responses[0].partitions[0];
     let mut records = Vec::new();
+    let mut producers = Vec::new();
     let mut buf: Bytes = p.records.clone().unwrap_or_default();
     while !buf.is_empty() {
         let set = RecordBatchDecoder::decode(&mut buf).unwrap();
@@ -143,6 +146,7 @@ async fn fetch(raw: &mut Raw, topic: &str, offset: i64, isolation_level: i8) -> 
                 String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap()
             };
             records.push((r.offset, text));
+            producers.push(r.producer_id);
         }
     }
     Fetched {
@@ -159,7 +163,59 @@ async fn fetch(raw: &mut Raw, topic: &str, offset: i64, isolation_level: i8) -> 
             })
             .unwrap_or_default(),
         records,
+        producers,
     }
+}
+
+/// Reads `topic` read_committed from `from` up to its LSO and keeps what a
+/// Kafka client keeps: records of aborted transactions (from their first
+/// offset to their producer's ABORT marker) and markers are dropped.
+/// Returns the values, the aborted (producer, first offset) pairs and the LSO.
+async fn read_committed(
+    raw: &mut Raw,
+    topic: &str,
+    from: i64,
+) -> (Vec<String>, Vec<(i64, i64)>, i64) {
+    let mut offset = from;
+    let mut all = Vec::new();
+    let mut aborted: Vec<(i64, i64)> = Vec::new();
+    let lso = loop {
+        let f = fetch(raw, topic, offset, 1).await;
+        assert_eq!(f.error_code, 0);
+        assert!(f.records.iter().all(|(o, _)| *o < f.last_stable_offset));
+        for a in f.aborted {
+            if !aborted.contains(&a) {
+                aborted.push(a);
+            }
+        }
+        for ((o, text), pid) in f.records.into_iter().zip(f.producers) {
+            if o >= offset {
+                offset = o + 1;
+                all.push((o, pid, text));
+            }
+        }
+        if offset >= f.last_stable_offset || all.is_empty() && f.last_stable_offset <= from {
+            break f.last_stable_offset;
+        }
+    };
+    aborted.sort_by_key(|a| a.1);
+    let mut pending = aborted.iter().peekable();
+    let mut skipping = std::collections::HashSet::new();
+    let mut values = Vec::new();
+    for (o, pid, text) in all {
+        while let Some(a) = pending.next_if(|a| a.1 <= o) {
+            skipping.insert(a.0);
+        }
+        match text.as_str() {
+            "ABORT" => {
+                skipping.remove(&pid);
+            }
+            "COMMIT" => {}
+            _ if skipping.contains(&pid) => {}
+            _ => values.push(text),
+        }
+    }
+    (values, aborted, lso)
 }
 
 #[tokio::test]
@@ -248,6 +304,12 @@ async fn an_acknowledged_marker_survives_kill_9() {
         (0, 0)
     );
     assert_eq!(marker(&mut raw, (pid, 0), false, 3, "k", &[0]).await, [0]);
+    // Another transaction, left open.
+    let other = init_producer_id(&mut raw).await;
+    assert_eq!(
+        produce(&mut raw, "k", 0, txn_batch(&["c"], other, 0, 0)).await,
+        (0, 3)
+    );
     broker.kill9();
 
     let broker = Process::start(dir.path(), port, &[]);
@@ -255,12 +317,172 @@ async fn an_acknowledged_marker_survives_kill_9() {
     let f = fetch(&mut raw, "k", 0, 0).await;
     assert_eq!(
         f.records,
-        [(0, "a".into()), (1, "b".into()), (2, "ABORT".into())]
+        [
+            (0, "a".into()),
+            (1, "b".into()),
+            (2, "ABORT".into()),
+            (3, "c".into())
+        ]
     );
+    // Replayed from the head: the open transaction holds the LSO, and the
+    // aborted one is named to read_committed readers.
+    let (values, aborted, lso) = read_committed(&mut raw, "k", 0).await;
+    assert!(values.is_empty());
+    assert_eq!((aborted, lso), (vec![(pid, 0)], 3));
     // The replayed marker is the producer's last: an older coordinator's
     // marker stays refused after the restart.
     assert_eq!(
         marker(&mut raw, (pid, 0), true, 2, "k", &[0]).await,
         [ResponseError::TransactionCoordinatorFenced.code()]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn aborted_and_open_transactions_are_tiered_and_come_back_from_the_store() {
+    use object_store::{memory::InMemory, ObjectStore};
+    use std::sync::Arc;
+    use strata::server::Server;
+
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = tempfile::tempdir().unwrap();
+    let start = |store: Arc<dyn ObjectStore>| {
+        let config = common::config(data.path(), &["--tier-interval-ms", "50"]);
+        async move { Server::start_with_store(config, Some(store)).await.unwrap() }
+    };
+    let server = start(store.clone()).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    let configs = [
+        ("segment.bytes", "4096"),
+        ("segment.ms", "300"),
+        ("retention.ms", "-1"),
+    ];
+    create(&mut raw, "tx", 1, &configs).await;
+    let (a, b, c) = (
+        init_producer_id(&mut raw).await,
+        init_producer_id(&mut raw).await,
+        init_producer_id(&mut raw).await,
+    );
+    let values = |who: &str, i: i32| -> Vec<String> {
+        (0..5)
+            .map(|j| format!("{who}-{i}-{j}-{}", "x".repeat(40)))
+            .collect()
+    };
+    let batch_of = |who: &str, pid: i64, i: i32| {
+        let v = values(who, i);
+        let v: Vec<&str> = v.iter().map(|s| s.as_str()).collect();
+        txn_batch(&v, pid, 0, i * 5)
+    };
+    // a aborts, b commits, interleaved over several 4 KiB segments.
+    for i in 0..10 {
+        assert_eq!(produce(&mut raw, "tx", 0, batch_of("a", a, i)).await.0, 0);
+        assert_eq!(produce(&mut raw, "tx", 0, batch_of("b", b, i)).await.0, 0);
+    }
+    assert_eq!(marker(&mut raw, (a, 0), false, 0, "tx", &[0]).await, [0]);
+    assert_eq!(marker(&mut raw, (b, 0), true, 0, "tx", &[0]).await, [0]);
+    // c stays open.
+    let (code, c_first) = produce(&mut raw, "tx", 0, batch_of("c", c, 0)).await;
+    assert_eq!(code, 0);
+    let committed: Vec<String> = (0..10).flat_map(|i| values("b", i)).collect();
+
+    let expect = |got: (Vec<String>, Vec<(i64, i64)>, i64)| {
+        assert_eq!(got.0, committed);
+        assert_eq!(got.1, [(a, 0)]);
+        assert_eq!(got.2, c_first);
+    };
+    // Everything reaches the store and leaves the local disk (the idle head
+    // rolls after segment.ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let tiered = server
+            .tier()
+            .manifest_of("tx", 0)
+            .and_then(|m| m.end_offset())
+            .unwrap_or(0);
+        let local_logs = std::fs::read_dir(data.path().join("topics/tx/0"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".log")
+            })
+            .count();
+        if tiered > c_first && local_logs == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not tiered: {tiered}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    expect(read_committed(&mut raw, "tx", 0).await);
+    // read_uncommitted sees everything, with the LSO reported as well.
+    let f = fetch(&mut raw, "tx", c_first, 0).await;
+    assert_eq!(f.records[0].0, c_first);
+    assert_eq!(f.last_stable_offset, c_first);
+    server.shutdown().await.unwrap();
+
+    // A broker on an empty data directory: the aborted index from the
+    // manifest, the open transaction from the last segment's snapshot.
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let server = start(store).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    expect(read_committed(&mut raw, "tx", 0).await);
+    assert_eq!(marker(&mut raw, (c, 0), false, 0, "tx", &[0]).await, [0]);
+    let (values_after, aborted, lso) = read_committed(&mut raw, "tx", c_first).await;
+    assert!(values_after.is_empty());
+    assert_eq!(aborted, [(c, c_first)]);
+    assert_eq!(lso, c_first + 6);
+    server.shutdown().await.unwrap();
+}
+
+async fn latest(raw: &mut Raw, topic: &str, isolation_level: i8) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(isolation_level)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])]);
+    let resp: ListOffsetsResponse = raw.call(ApiKey::ListOffsets, 7, &req).await;
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    p.offset
+}
+
+#[tokio::test]
+async fn read_committed_fetches_and_list_offsets_stop_at_the_last_stable_offset() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    create(&mut raw, "lso", 1, &[]).await;
+    let (a, b) = (
+        init_producer_id(&mut raw).await,
+        init_producer_id(&mut raw).await,
+    );
+    produce(&mut raw, "lso", 0, common::batch(&[b"plain"], -1, -1, -1)).await;
+    produce(&mut raw, "lso", 0, txn_batch(&["a0"], a, 0, 0)).await; // 1
+    produce(&mut raw, "lso", 0, txn_batch(&["b0"], b, 0, 0)).await; // 2
+    produce(&mut raw, "lso", 0, txn_batch(&["a1"], a, 0, 1)).await; // 3
+    assert_eq!(
+        (
+            latest(&mut raw, "lso", 0).await,
+            latest(&mut raw, "lso", 1).await
+        ),
+        (4, 1)
+    );
+    let f = fetch(&mut raw, "lso", 0, 1).await;
+    assert_eq!((f.high_watermark, f.last_stable_offset), (4, 1));
+    assert_eq!(f.records, [(0, "plain".into())]);
+    assert!(fetch(&mut raw, "lso", 1, 1).await.records.is_empty());
+
+    assert_eq!(marker(&mut raw, (a, 0), true, 0, "lso", &[0]).await, [0]); // 4
+    assert_eq!(latest(&mut raw, "lso", 1).await, 2);
+    assert_eq!(marker(&mut raw, (b, 0), false, 0, "lso", &[0]).await, [0]); // 5
+    assert_eq!(latest(&mut raw, "lso", 1).await, 6);
+    let (values, aborted, lso) = read_committed(&mut raw, "lso", 0).await;
+    assert_eq!(values, ["plain", "a0", "a1"]);
+    assert_eq!(aborted, [(b, 2)]);
+    assert_eq!(lso, 6);
 }

@@ -1,6 +1,11 @@
 //! Fetch: serve stored batches as they are, long-polling until `min_bytes`
 //! arrive or `max_wait_ms` passes.
 //!
+//! A read_committed fetch (`isolation_level` 1) gets only batches below the
+//! last stable offset, with the aborted transactions among them; the client
+//! drops those transactions' records itself, as Kafka's protocol has it, so
+//! the stored bytes are still served untouched. Every fetch reports the LSO.
+//!
 //! Which partitions a request reads, and which of them its response lists,
 //! is the fetch session's business (`fetch_session`, KIP-227); this module
 //! reads them.
@@ -11,8 +16,10 @@ use std::time::Duration;
 
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
@@ -104,6 +111,7 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
 
     let deadline = broker.clock.now() + Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let min_bytes = req.min_bytes.max(0) as usize;
+    let read_committed = req.isolation_level == 1;
     let max_bytes = if req.max_bytes <= 0 {
         i32::MAX as usize
     } else {
@@ -119,14 +127,14 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
                     .filter_map(|wp| wp.partition.as_ref().ok().map(|p| p.subscribe()))
             })
             .collect();
-        let (topics, bytes, errors) = read_all(&wanted, max_bytes).await;
+        let (topics, bytes, errors) = read_all(&wanted, max_bytes, read_committed).await;
         let now = broker.clock.now();
         if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
             break topics;
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
-            break read_all(&wanted, max_bytes).await.0;
+            break read_all(&wanted, max_bytes, read_committed).await.0;
         }
     };
     answer(&broker, session, &wanted, topics, version)
@@ -221,6 +229,7 @@ fn answer(
 async fn read_all(
     wanted: &[Wanted],
     max_bytes: usize,
+    read_committed: bool,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut total = 0usize;
     let mut any_error = false;
@@ -235,18 +244,31 @@ async fn read_all(
                     let budget = (wp.position.max_bytes.max(0) as usize)
                         .min(max_bytes.saturating_sub(total));
                     // KIP-74: the first batch of the response is returned whole, whatever its size.
-                    p.fetch(wp.position.fetch_offset, budget, total == 0)
-                        .await
-                        .map_err(|e| log_error_code(&e))
+                    let (offset, min_one) = (wp.position.fetch_offset, total == 0);
+                    let slice = if read_committed {
+                        p.fetch_committed(offset, budget, min_one).await
+                    } else {
+                        p.fetch(offset, budget, min_one).await
+                    };
+                    slice.map_err(|e| log_error_code(&e))
                 }
             };
             partitions.push(match result {
                 Ok(slice) => {
                     total += slice.records.len();
+                    let aborted = slice
+                        .aborted
+                        .iter()
+                        .map(|a| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(a.producer_id))
+                                .with_first_offset(a.first_offset)
+                        })
+                        .collect();
                     base.with_high_watermark(slice.high_watermark)
-                        .with_last_stable_offset(slice.high_watermark)
+                        .with_last_stable_offset(slice.last_stable_offset)
                         .with_log_start_offset(slice.log_start_offset)
-                        .with_aborted_transactions(Some(Vec::new()))
+                        .with_aborted_transactions(Some(aborted))
                         .with_records(Some(slice.records))
                 }
                 Err(code) => {

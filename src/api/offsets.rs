@@ -57,19 +57,22 @@ pub async fn list_offsets(
                 partitions.push(resp.with_error_code(ResponseError::InvalidRequest.code()));
                 continue;
             }
-            partitions.push(match lookup(&partition, p.timestamp).await {
-                Ok(Some((offset, timestamp))) => resp
-                    .with_offset(offset)
-                    .with_timestamp(timestamp)
-                    // The field exists from v4 on; encoding it earlier fails.
-                    .with_leader_epoch(if version >= 4 {
-                        partition.leader_epoch()
-                    } else {
-                        -1
-                    }),
-                Ok(None) => resp.with_offset(-1).with_timestamp(-1),
-                Err(e) => resp.with_error_code(log_error_code(&e)),
-            });
+            let read_committed = req.isolation_level == 1;
+            partitions.push(
+                match lookup(&partition, p.timestamp, read_committed).await {
+                    Ok(Some((offset, timestamp))) => resp
+                        .with_offset(offset)
+                        .with_timestamp(timestamp)
+                        // The field exists from v4 on; encoding it earlier fails.
+                        .with_leader_epoch(if version >= 4 {
+                            partition.leader_epoch()
+                        } else {
+                            -1
+                        }),
+                    Ok(None) => resp.with_offset(-1).with_timestamp(-1),
+                    Err(e) => resp.with_error_code(log_error_code(&e)),
+                },
+            );
         }
         topics.push(
             ListOffsetsTopicResponse::default()
@@ -80,7 +83,29 @@ pub async fn list_offsets(
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-async fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogError> {
+/// `read_committed` readers see only offsets below the last stable
+/// offset, as in Kafka: LATEST is the LSO, and a lookup by timestamp finds
+/// nothing at or past it.
+async fn lookup(
+    partition: &Partition,
+    spec: i64,
+    read_committed: bool,
+) -> Result<Option<(i64, i64)>, LogError> {
+    let found = match spec {
+        LATEST if read_committed => return Ok(Some((partition.last_stable_offset(), -1))),
+        MAX_TIMESTAMP => partition.find_max_timestamp().await?,
+        ts if ts >= 0 => partition.find_offset_for_timestamp(ts).await?,
+        _ => return fixed(partition, spec),
+    };
+    let fetchable = if read_committed {
+        partition.last_stable_offset()
+    } else {
+        partition.end_offset()
+    };
+    Ok(found.filter(|(offset, _)| *offset < fetchable))
+}
+
+fn fixed(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogError> {
     match spec {
         LATEST => Ok(Some((partition.end_offset(), -1))),
         // The log start offset already counts tiered segments and DeleteRecords.
@@ -91,8 +116,6 @@ async fn lookup(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, 
             partition.tiered_end_offset().map_or(-1, |end| end - 1),
             -1,
         ))),
-        MAX_TIMESTAMP => partition.find_max_timestamp().await,
-        ts if ts >= 0 => partition.find_offset_for_timestamp(ts).await,
         other => Err(LogError::InvalidRecord(format!(
             "unknown offset spec {other}"
         ))),

@@ -39,6 +39,30 @@ pub struct AbortedTxn {
     pub last_stable_offset: i64,
 }
 
+/// Adds to `out` the entries of `lists` (per segment, in offset order,
+/// starting with the segment holding `from`) of transactions that overlap
+/// `from..upper`: aborted at or after `from`, begun before `upper`. Returns
+/// whether it is complete: an entry whose LSO reaches `upper` shows that no
+/// later transaction began below it.
+pub fn collect_aborted<'a>(
+    lists: impl IntoIterator<Item = &'a [AbortedTxn]>,
+    from: i64,
+    upper: i64,
+    out: &mut Vec<AbortedTxn>,
+) -> bool {
+    for list in lists {
+        for a in list {
+            if a.last_offset >= from && a.first_offset < upper {
+                out.push(*a);
+            }
+            if a.last_stable_offset >= upper {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 fn put_varint(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
@@ -186,6 +210,27 @@ mod tests {
             assert_eq!(&r.key.as_ref().unwrap()[..], &[0, 0, 0, commit as u8]);
             assert_eq!(&r.value.as_ref().unwrap()[..], &[0, 0, 0, 0, 0, 7]);
         }
+    }
+
+    #[test]
+    fn collecting_aborted_transactions_stops_where_the_lso_passed_the_range() {
+        let t = |pid, first, last, lso| AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: lso,
+        };
+        let seg1 = [t(1, 0, 5, 6), t(2, 3, 12, 10)];
+        let seg2 = [t(3, 20, 25, 26), t(4, 30, 40, 41)];
+        let lists = || [&seg1[..], &seg2[..]];
+        let mut out = Vec::new();
+        // 6..21: pid 1 ended before it, pid 2 overlaps, pid 3 began at 20;
+        // pid 3's LSO (26) passes 21, so pid 4 is not even looked at.
+        assert!(collect_aborted(lists(), 6, 21, &mut out));
+        assert_eq!(out, [seg1[1], seg2[0]]);
+        out.clear();
+        assert!(!collect_aborted(lists(), 0, 100, &mut out));
+        assert_eq!(out.len(), 4);
     }
 
     #[test]

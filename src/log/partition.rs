@@ -62,6 +62,9 @@ pub struct FetchSlice {
     pub records: Bytes,
     pub high_watermark: i64,
     pub log_start_offset: i64,
+    pub last_stable_offset: i64,
+    /// read_committed only: the aborted transactions overlapping `records`.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 pub struct Partition {
@@ -419,8 +422,9 @@ impl Partition {
     ) -> Result<FetchSlice, LogError> {
         let mut from = offset;
         loop {
-            let (reader, position, seg_end, high_watermark, log_start_offset) = {
+            let (reader, position, seg_end, high_watermark, log_start_offset, last_stable_offset) = {
                 let st = self.state.lock();
+                let lso = st.last_stable_offset();
                 let (start, end) = (st.log_start_offset, st.end_offset());
                 if from == offset && (offset < start || offset > end) {
                     return Err(LogError::OffsetOutOfRange { offset, start, end });
@@ -439,8 +443,9 @@ impl Partition {
                         seg.next_offset(),
                         end,
                         start,
+                        lso,
                     ),
-                    None => (None, 0, end, end, start),
+                    None => (None, 0, end, end, start, lso),
                 }
             };
             let mut records = Bytes::new();
@@ -470,6 +475,8 @@ impl Partition {
                 records,
                 high_watermark,
                 log_start_offset,
+                last_stable_offset,
+                aborted: Vec::new(),
             });
         }
     }
@@ -855,17 +862,73 @@ impl Partition {
             if !self.below_local(&st, offset) {
                 None
             } else {
-                Some((self.remote.get().cloned(), end, start))
+                let lso = st.last_stable_offset();
+                Some((self.remote.get().cloned(), end, start, lso))
             }
         };
         match remote {
-            Some((Some(remote), high_watermark, log_start_offset)) => Ok(FetchSlice {
-                records: remote.read(offset, max_bytes, min_one).await?,
-                high_watermark,
-                log_start_offset,
-            }),
+            Some((Some(remote), high_watermark, log_start_offset, last_stable_offset)) => {
+                Ok(FetchSlice {
+                    records: remote.read(offset, max_bytes, min_one).await?,
+                    high_watermark,
+                    log_start_offset,
+                    last_stable_offset,
+                    aborted: Vec::new(),
+                })
+            }
             _ => self.read(offset, max_bytes, min_one),
         }
+    }
+
+    /// `fetch` for a read_committed reader: only whole batches below the
+    /// last stable offset, with the aborted transactions among them, which
+    /// the client needs to skip their records.
+    pub async fn fetch_committed(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<FetchSlice, LogError> {
+        let mut slice = self.fetch(offset, max_bytes, min_one).await?;
+        let lso = slice.last_stable_offset;
+        let mut rest = &slice.records[..];
+        let (mut stable, mut upper) = (0, offset);
+        while let Some(h) = BatchHeader::parse(rest)?.filter(|h| h.size <= rest.len()) {
+            if h.base_offset >= lso {
+                break;
+            }
+            stable += h.size;
+            upper = h.last_offset() + 1;
+            rest = &rest[h.size..];
+        }
+        slice.records.truncate(stable);
+        if upper > offset {
+            slice.aborted = self.aborted_txns(offset, upper);
+        }
+        Ok(slice)
+    }
+
+    /// The aborted transactions overlapping `from..upper`, in the object
+    /// store and on local disk, by first offset.
+    pub fn aborted_txns(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        let complete = self
+            .remote
+            .get()
+            .is_some_and(|r| r.aborted_txns(from, upper, &mut out));
+        if !complete {
+            let st = self.state.lock();
+            let lists = st
+                .segments
+                .values()
+                .filter(|s| s.next_offset() > from)
+                .map(|s| s.aborted());
+            control::collect_aborted(lists, from, upper, &mut out);
+        }
+        // Segments both tiered and still local are seen twice.
+        out.sort_unstable_by_key(|a| (a.first_offset, a.producer_id, a.last_offset));
+        out.dedup();
+        out
     }
 
     /// `offset_for_timestamp` over the remote part first (its offsets are
@@ -1255,6 +1318,10 @@ mod tests {
         fn max_timestamp(&self, _: i64) -> crate::log::RemoteFuture<'_, Option<(i64, i64)>> {
             Box::pin(async { Ok(Some((5, 5000))) })
         }
+
+        fn aborted_txns(&self, _: i64, _: i64, _: &mut Vec<AbortedTxn>) -> bool {
+            false
+        }
     }
 
     #[tokio::test]
@@ -1497,6 +1564,148 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(5), (4, 40));
         assert_eq!(p.end_offset_for_epoch(6), (6, 42));
         assert_eq!(p.leader_epochs(), [(1, 0), (2, 20), (4, 36), (6, 40)]);
+    }
+
+    /// A transactional batch of `count` records.
+    fn txn_batch(count: i32, pid: i64, seq: i32) -> Vec<u8> {
+        let mut b = make_batch(count, pid, 0, seq, 1000);
+        b[batch::ATTRIBUTES_OFFSET + 1] |= 1 << 4;
+        let crc = batch::compute_crc(&b);
+        b[batch::CRC_OFFSET..batch::CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn end(commit: bool) -> EndTxnMarker {
+        EndTxnMarker {
+            commit,
+            coordinator_epoch: 0,
+        }
+    }
+
+    /// Base offsets of the batches a fetch returned.
+    fn bases(slice: &FetchSlice) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut rest = &slice.records[..];
+        while let Some(h) = BatchHeader::parse(rest).unwrap() {
+            out.push(h.base_offset);
+            rest = &rest[h.size..];
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn read_committed_stops_at_the_lso_and_names_the_aborted_transactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path()).unwrap();
+        let cfg = AppendConfig {
+            segment_bytes: 1 << 20,
+            ..cfg()
+        };
+        p.append(&txn_batch(2, 1, 0), &cfg).unwrap(); // 0-1
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg).unwrap(); // 2-3
+        p.append(&txn_batch(2, 2, 0), &cfg).unwrap(); // 4-5
+        assert_eq!(p.last_stable_offset(), 0);
+        assert!(p
+            .fetch_committed(0, 1 << 20, true)
+            .await
+            .unwrap()
+            .records
+            .is_empty());
+        let all = p.fetch(0, 1 << 20, true).await.unwrap();
+        assert_eq!((bases(&all), all.last_stable_offset), (vec![0, 2, 4], 0));
+
+        p.append_marker(1, 0, end(false), &cfg).unwrap(); // 6
+        assert_eq!(p.last_stable_offset(), 4);
+        let committed = p.fetch_committed(0, 1 << 20, true).await.unwrap();
+        assert_eq!(bases(&committed), [0, 2]);
+        let aborted = AbortedTxn {
+            producer_id: 1,
+            first_offset: 0,
+            last_offset: 6,
+            last_stable_offset: 4,
+        };
+        assert_eq!(committed.aborted, [aborted]);
+        // Kafka names every transaction overlapping the range, though pid 1
+        // wrote nothing in 2..4 itself.
+        assert_eq!(
+            p.fetch_committed(2, 1 << 20, true).await.unwrap().aborted,
+            [aborted]
+        );
+
+        p.append_marker(2, 0, end(true), &cfg).unwrap(); // 7
+        assert_eq!(p.last_stable_offset(), 8);
+        let committed = p.fetch_committed(0, 1 << 20, true).await.unwrap();
+        assert_eq!(bases(&committed), [0, 2, 4, 6, 7]);
+        assert_eq!(committed.aborted, [aborted]);
+        // Past its marker, it is over.
+        assert!(p
+            .fetch_committed(7, 1 << 20, true)
+            .await
+            .unwrap()
+            .aborted
+            .is_empty());
+
+        // An open transaction and the aborted index survive a reopen, in the
+        // active segment (replayed) and in a sealed one (its descriptor).
+        p.append(&txn_batch(1, 1, 2), &cfg).unwrap(); // 8
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.last_stable_offset(), 8);
+        assert_eq!(p.aborted_txns(0, 9), [aborted]);
+        roll_now(&p);
+        drop(p);
+        let p = Partition::open(dir.path()).unwrap();
+        assert_eq!(p.sealed_segments()[0].aborted, [aborted]);
+        assert_eq!(p.aborted_txns(0, 9), [aborted]);
+        assert_eq!(p.last_stable_offset(), 8);
+        p.append_marker(1, 0, end(false), &cfg).unwrap(); // 9
+        assert_eq!(p.last_stable_offset(), 10);
+        assert_eq!(p.aborted_txns(5, 10).len(), 2);
+    }
+
+    #[test]
+    fn a_restore_or_takeover_continues_open_transactions_from_the_tiered_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Partition::open(dir.path()).unwrap();
+        old.append(&txn_batch(2, 7, 0), &cfg()).unwrap(); // 0-1, open across the seal
+        roll_now(&old);
+        let tiered = old.sealed_segments().pop().unwrap();
+        old.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap(); // 2
+        old.append_marker(7, 0, end(false), &cfg()).unwrap(); // 3
+        let snapshot =
+            std::fs::read(dir.path().join(file_name(tiered.base_offset, SNAPSHOT_EXT))).unwrap();
+        let point = RestorePoint {
+            next_offset: tiered.next_offset,
+            log_start_offset: 0,
+            producers: Some((tiered.base_offset, Bytes::from(snapshot))),
+        };
+
+        let restored = tempfile::tempdir().unwrap();
+        assert!(Partition::prepare_restore(restored.path(), &point).unwrap());
+        let p = Partition::open(restored.path()).unwrap();
+        assert_eq!(p.last_stable_offset(), 0, "the tiered transaction is open");
+
+        // Takeover: the snapshot, then the head read back (marker included).
+        let taken = tempfile::tempdir().unwrap();
+        let p = Partition::open(taken.path()).unwrap();
+        p.reset(&point).unwrap();
+        assert_eq!(p.last_stable_offset(), 0);
+        let slice = old.read(point.next_offset, 1 << 20, true).unwrap();
+        let mut rest = &slice.records[..];
+        while let Some(h) = BatchHeader::parse(rest).unwrap() {
+            p.append_recovered(&rest[..h.size], &cfg()).unwrap();
+            rest = &rest[h.size..];
+        }
+        assert_eq!(p.last_stable_offset(), 4);
+        assert_eq!(
+            p.aborted_txns(0, 4),
+            [AbortedTxn {
+                producer_id: 7,
+                first_offset: 0,
+                last_offset: 3,
+                last_stable_offset: 4
+            }]
+        );
     }
 
     #[test]

@@ -486,6 +486,116 @@ mod tests {
         assert!(restored.epochs.entries().is_empty());
     }
 
+    fn txn(pid: i64, epoch: i16, seq: i32, count: i32, base_offset: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: 1 << 4,
+            ..header(pid, epoch, seq, count, base_offset)
+        }
+    }
+
+    fn marker_at(pid: i64, epoch: i16, offset: i64) -> BatchHeader {
+        BatchHeader {
+            attributes: (1 << 4) | (1 << 5),
+            base_sequence: -1,
+            ..header(pid, epoch, -1, 1, offset)
+        }
+    }
+
+    fn end(commit: bool, coordinator_epoch: i32) -> EndTxnMarker {
+        EndTxnMarker {
+            commit,
+            coordinator_epoch,
+        }
+    }
+
+    #[test]
+    fn open_transactions_set_the_first_unstable_offset_until_their_marker() {
+        let mut s = ProducerStates::default();
+        s.record(&header(9, 0, 0, 2, 0));
+        assert_eq!(s.first_unstable_offset(), None);
+        s.record(&txn(1, 0, 0, 2, 2));
+        s.record(&txn(2, 0, 0, 1, 4));
+        s.record(&txn(1, 0, 2, 1, 5));
+        assert_eq!(s.first_unstable_offset(), Some(2));
+        // A plain batch inside the open transaction is refused.
+        assert!(matches!(
+            s.check(&header(1, 0, 3, 1, -1)),
+            Err(LogError::InvalidTxnState { producer_id: 1 })
+        ));
+        assert_eq!(
+            s.record_marker(&marker_at(1, 0, 6), end(false, 4)),
+            Some(CompletedTxn {
+                producer_id: 1,
+                first_offset: 2,
+                last_offset: 6,
+                commit: false
+            })
+        );
+        assert_eq!(s.first_unstable_offset(), Some(4));
+        // A marker for a transaction without data here completes nothing.
+        assert_eq!(s.record_marker(&marker_at(1, 0, 7), end(true, 4)), None);
+        let described = s.describe();
+        assert_eq!(described.len(), 3);
+        assert_eq!(described[1].txn_start_offset, 4);
+        assert_eq!(described[0].coordinator_epoch, 4);
+        assert_eq!(described[0].last_sequence, 2);
+        assert_eq!(
+            s.record_marker(&marker_at(2, 0, 8), end(true, 4))
+                .map(|t| t.commit),
+            Some(true)
+        );
+        assert_eq!(s.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn markers_from_older_producer_or_coordinator_epochs_are_refused() {
+        let mut s = ProducerStates::default();
+        assert!(s.check_marker(5, 0, 0).is_ok(), "unknown producers pass");
+        s.record(&txn(5, 2, 0, 1, 0));
+        s.record_marker(&marker_at(5, 2, 1), end(true, 3));
+        assert!(matches!(
+            s.check_marker(5, 1, 3),
+            Err(LogError::InvalidProducerEpoch { current: 2, .. })
+        ));
+        assert!(matches!(
+            s.check_marker(5, 2, 2),
+            Err(LogError::CoordinatorFenced { current: 3, .. })
+        ));
+        assert!(s.check_marker(5, 3, 3).is_ok());
+        // A marker at a newer producer epoch (the coordinator's bump on
+        // abort) resets the sequence: the next epoch starts anywhere.
+        s.record_marker(&marker_at(5, 3, 2), end(false, 3));
+        assert_eq!(
+            s.check(&txn(5, 3, 0, 1, -1)).unwrap(),
+            SequenceCheck::Append
+        );
+    }
+
+    #[test]
+    fn a_snapshot_keeps_open_transactions_and_coordinator_epochs() {
+        let mut s = ProducerStates::default();
+        s.record(&txn(1, 0, 0, 2, 10));
+        s.record(&txn(2, 1, 0, 2, 12));
+        s.record_marker(&marker_at(2, 1, 14), end(false, 6));
+        let back =
+            ProducerStates::from_snapshot(&s.snapshot(15, &LeaderEpochs::default()).unwrap())
+                .unwrap()
+                .producers;
+        assert_eq!(back.first_unstable_offset(), Some(10));
+        assert_eq!(back.describe(), s.describe());
+        assert!(matches!(
+            back.check_marker(2, 1, 5),
+            Err(LogError::CoordinatorFenced { .. })
+        ));
+        let mut back = back;
+        assert_eq!(
+            back.record_marker(&marker_at(1, 0, 15), end(false, 6))
+                .map(|t| t.first_offset),
+            Some(10)
+        );
+        assert_eq!(back.first_unstable_offset(), None);
+    }
+
     #[test]
     fn only_last_five_are_remembered() {
         let mut s = ProducerStates::default();

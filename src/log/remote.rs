@@ -12,6 +12,7 @@ use std::pin::Pin;
 use bytes::Bytes;
 
 use super::LogError;
+use crate::format::control::AbortedTxn;
 
 pub type RemoteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LogError>> + Send + 'a>>;
 
@@ -64,4 +65,9 @@ pub trait RemoteLog: Send + Sync {
     /// (offset, timestamp) of the first remote record at or after `start`
     /// holding the largest remote timestamp.
     fn max_timestamp(&self, start: i64) -> RemoteFuture<'_, Option<(i64, i64)>>;
+
+    /// Adds the aborted transactions of the remote segments overlapping
+    /// `from..upper` to `out` (see `format::control::collect_aborted`);
+    /// true if no later segment can add any.
+    fn aborted_txns(&self, from: i64, upper: i64, out: &mut Vec<AbortedTxn>) -> bool;
 }

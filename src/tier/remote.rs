@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::cache::BlockCache;
 use super::TierError;
 use crate::format::batch::{self, first_record, BatchHeader, HEADER_LEN};
+use crate::format::control::{collect_aborted, AbortedTxn};
 use crate::log::segment::Located;
 use crate::log::{LogError, RemoteFuture, RemoteLog};
 use crate::manifest::{Manifest, ManifestStore, TieredSegment};
@@ -265,5 +266,15 @@ impl RemoteLog for TieredPartition {
 
     fn max_timestamp(&self, start: i64) -> RemoteFuture<'_, Option<(i64, i64)>> {
         Box::pin(async move { self.max_timestamp_impl(start).await.map_err(to_log) })
+    }
+
+    fn aborted_txns(&self, from: i64, upper: i64, out: &mut Vec<AbortedTxn>) -> bool {
+        let manifest = self.manifest.read();
+        let lists = manifest
+            .segments
+            .iter()
+            .filter(|s| s.next_offset > from)
+            .map(|s| &s.aborted[..]);
+        collect_aborted(lists, from, upper, out)
     }
 }

@@ -241,9 +241,7 @@ pub fn init(
         }
         TxnState::Ongoing => {
             let mut next = m.clone();
-            if next.producer_epoch < i16::MAX {
-                next.producer_epoch += 1;
-            }
+            next.producer_epoch = next.producer_epoch.saturating_add(1);
             next.state = TxnState::PrepareAbort;
             next.last_update_ms = now_ms;
             next.pending = None;
@@ -422,9 +420,7 @@ pub fn timed_out(m: &TxnMetadata, now_ms: i64) -> Option<TxnMetadata> {
         return None;
     }
     let mut next = m.clone();
-    if next.producer_epoch < i16::MAX {
-        next.producer_epoch += 1;
-    }
+    next.producer_epoch = next.producer_epoch.saturating_add(1);
     next.last_producer_id = -1;
     next.last_producer_epoch = -1;
     next.state = TxnState::PrepareAbort;

@@ -1,0 +1,619 @@
+//! The transaction coordinator against a real broker: librdkafka's
+//! transactional producer (init, begin, send, commit, abort, offsets sent to
+//! a transaction, fencing by a second producer with the same
+//! transactional.id), and over the raw protocol what clients do not show:
+//! FindCoordinator for transactions, Kafka's error codes for wrong states,
+//! DescribeTransactions / ListTransactions, the Kafka-format records of
+//! `__transaction_state`, the abort of a transaction past its timeout, and
+//! a broker killed between the EndTxn answer and the markers.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{free_port, InProcess, Process, Raw};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+type TxnProducer = ThreadedProducer<DefaultProducerContext>;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .unwrap();
+    let res = admin
+        .create_topics(
+            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(res[0].is_ok(), "{:?}", res[0]);
+}
+
+fn producer(bootstrap: &str, transactional_id: &str) -> TxnProducer {
+    let p: TxnProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", transactional_id)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    p.init_transactions(TIMEOUT).expect("init_transactions");
+    p
+}
+
+fn send(p: &TxnProducer, topic: &str, partition: i32, value: &str) {
+    p.send(
+        BaseRecord::<(), str>::to(topic)
+            .partition(partition)
+            .payload(value),
+    )
+    .map_err(|(e, _)| e)
+    .unwrap();
+}
+
+/// Every value in `topic` (all partitions), read with `isolation`.
+fn read_all(bootstrap: &str, topic: &str, partitions: i32, isolation: &str) -> BTreeSet<String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "readers")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = BTreeSet::new();
+    let mut quiet_since = Instant::now();
+    let deadline = Instant::now() + TIMEOUT;
+    while quiet_since.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                out.insert(String::from_utf8_lossy(m.payload().unwrap_or_default()).into());
+                quiet_since = Instant::now();
+            }
+            Some(Err(e)) => panic!("consume: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+fn set(values: &[&str]) -> BTreeSet<String> {
+    values.iter().map(|v| v.to_string()).collect()
+}
+
+/// Polls `f` until it returns Some, or panics after `TIMEOUT`.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn describe(raw: &mut Raw, id: &str) -> describe_transactions_response::TransactionState {
+    let resp: DescribeTransactionsResponse = raw
+        .call(
+            ApiKey::DescribeTransactions,
+            0,
+            &DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(s(id))]),
+        )
+        .await;
+    resp.transaction_states.into_iter().next().unwrap()
+}
+
+async fn state_of(addr: std::net::SocketAddr, id: &str) -> String {
+    let mut raw = Raw::connect(addr).await;
+    describe(&mut raw, id).await.transaction_state.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_transactions_are_read_and_aborted_ones_are_not() {
+    let b = InProcess::start(&[]).await;
+    let bootstrap = b.bootstrap();
+    create_topic(&bootstrap, "orders", 2).await;
+    let p = producer(&bootstrap, "orders-writer");
+    p.begin_transaction().unwrap();
+    send(&p, "orders", 0, "c0");
+    send(&p, "orders", 1, "c1");
+    p.commit_transaction(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    send(&p, "orders", 0, "a0");
+    send(&p, "orders", 1, "a1");
+    // Sent, so that the abort has records to hide (librdkafka drops unsent ones).
+    p.flush(TIMEOUT).unwrap();
+    p.abort_transaction(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    send(&p, "orders", 1, "c2");
+    p.commit_transaction(TIMEOUT).unwrap();
+
+    // Everything was written; read_committed skips the aborted transaction.
+    assert_eq!(
+        read_all(&bootstrap, "orders", 2, "read_uncommitted"),
+        set(&["c0", "c1", "a0", "a1", "c2"])
+    );
+    assert_eq!(
+        read_all(&bootstrap, "orders", 2, "read_committed"),
+        set(&["c0", "c1", "c2"])
+    );
+    // The coordinator's view, as kafka-transactions.sh shows it.
+    let addr = b.addr();
+    eventually("the last transaction to complete", || async {
+        (state_of(addr, "orders-writer").await == "CompleteCommit").then_some(())
+    })
+    .await;
+    let mut raw = Raw::connect(addr).await;
+    let d = describe(&mut raw, "orders-writer").await;
+    assert_eq!((d.error_code, d.producer_epoch), (0, 0));
+    assert!(
+        d.topics.is_empty(),
+        "a complete transaction holds no partitions"
+    );
+    let listed: ListTransactionsResponse = raw
+        .call(
+            ApiKey::ListTransactions,
+            1,
+            &ListTransactionsRequest::default()
+                .with_state_filters(vec![s("CompleteCommit"), s("Bogus")])
+                .with_duration_filter(-1),
+        )
+        .await;
+    assert_eq!(listed.unknown_state_filters, vec![s("Bogus")]);
+    assert_eq!(listed.transaction_states.len(), 1);
+    assert_eq!(listed.transaction_states[0].producer_id, d.producer_id);
+    let none: ListTransactionsResponse = raw
+        .call(
+            ApiKey::ListTransactions,
+            1,
+            &ListTransactionsRequest::default()
+                .with_producer_id_filters(vec![ProducerId(d.producer_id.0 + 1)])
+                .with_duration_filter(-1),
+        )
+        .await;
+    assert!(none.transaction_states.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
+    let b = InProcess::start(&[]).await;
+    let bootstrap = b.bootstrap();
+    create_topic(&bootstrap, "fenced", 1).await;
+    let old = producer(&bootstrap, "shared-id");
+    old.begin_transaction().unwrap();
+    send(&old, "fenced", 0, "from-the-old-one");
+    old.flush(TIMEOUT).unwrap();
+    // The new producer's init aborts the old one's open transaction first.
+    let new = producer(&bootstrap, "shared-id");
+    let err = old.commit_transaction(TIMEOUT).unwrap_err();
+    assert!(
+        err.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::Fenced),
+        "the old producer must learn it is fenced: {err:?}"
+    );
+    new.begin_transaction().unwrap();
+    send(&new, "fenced", 0, "from-the-new-one");
+    new.commit_transaction(TIMEOUT).unwrap();
+    assert_eq!(
+        read_all(&bootstrap, "fenced", 1, "read_committed"),
+        set(&["from-the-new-one"])
+    );
+    let mut raw = Raw::connect(b.addr()).await;
+    let d = describe(&mut raw, "shared-id").await;
+    assert_eq!(
+        d.producer_epoch, 2,
+        "epoch 0, the fence (1), the new producer (2)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_sent_to_a_transaction_reach_the_group_only_when_it_commits() {
+    let b = InProcess::start(&[]).await;
+    let bootstrap = b.bootstrap();
+    create_topic(&bootstrap, "in", 1).await;
+    create_topic(&bootstrap, "out", 1).await;
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "processors")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let committed = |group: &BaseConsumer| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("in", 0);
+        let got = group.committed_offsets(tpl, TIMEOUT).unwrap();
+        got.find_partition("in", 0).unwrap().offset()
+    };
+    let offsets = |at: i64| {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("in", 0, Offset::Offset(at))
+            .unwrap();
+        tpl
+    };
+    let p = producer(&bootstrap, "processor-1");
+    p.begin_transaction().unwrap();
+    send(&p, "out", 0, "aborted output");
+    p.send_offsets_to_transaction(&offsets(5), &group.group_metadata().unwrap(), TIMEOUT)
+        .unwrap();
+    p.abort_transaction(TIMEOUT).unwrap();
+    assert_eq!(
+        committed(&group),
+        Offset::Invalid,
+        "aborted offsets never count"
+    );
+    p.begin_transaction().unwrap();
+    send(&p, "out", 0, "committed output");
+    p.send_offsets_to_transaction(&offsets(7), &group.group_metadata().unwrap(), TIMEOUT)
+        .unwrap();
+    p.commit_transaction(TIMEOUT).unwrap();
+    assert_eq!(committed(&group), Offset::Offset(7));
+    // The offsets survive a restart: replay honours the COMMIT marker.
+    let dir = b.dir;
+    b.server.shutdown().await.unwrap();
+    drop(group);
+    let server = strata::server::Server::start(common::config(dir.path(), &[]))
+        .await
+        .unwrap();
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", server.local_addr().to_string())
+        .set("group.id", "processors")
+        .create()
+        .unwrap();
+    assert_eq!(committed(&group), Offset::Offset(7));
+    server.shutdown().await.unwrap();
+}
+
+async fn init(raw: &mut Raw, id: &str, timeout_ms: i32, version: i16) -> InitProducerIdResponse {
+    raw.call(
+        ApiKey::InitProducerId,
+        version,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    )
+    .await
+}
+
+async fn add_partitions(
+    raw: &mut Raw,
+    id: &str,
+    producer: (i64, i16),
+    topic: &str,
+    partitions: Vec<i32>,
+    version: i16,
+) -> i16 {
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(s(id)))
+        .with_v3_and_below_producer_id(ProducerId(producer.0))
+        .with_v3_and_below_producer_epoch(producer.1)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(s(topic)))
+            .with_partitions(partitions)]);
+    let resp: AddPartitionsToTxnResponse =
+        raw.call(ApiKey::AddPartitionsToTxn, version, &req).await;
+    resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+async fn end(raw: &mut Raw, id: &str, producer: (i64, i16), commit: bool, version: i16) -> i16 {
+    let resp: EndTxnResponse = raw
+        .call(
+            ApiKey::EndTxn,
+            version,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s(id)))
+                .with_producer_id(ProducerId(producer.0))
+                .with_producer_epoch(producer.1)
+                .with_committed(commit),
+        )
+        .await;
+    resp.error_code
+}
+
+/// Produces one transactional record `value` to partition 0 of `topic`.
+async fn produce(
+    raw: &mut Raw,
+    id: &str,
+    topic: &str,
+    producer: (i64, i16),
+    seq: i32,
+    value: &str,
+) {
+    let records = strata::format::batch::encode_transactional_batch(
+        vec![(
+            None,
+            Some(Bytes::from(value.to_string())),
+            1_700_000_000_000,
+        )],
+        (producer.0, producer.1, seq),
+        Compression::None,
+    )
+    .unwrap();
+    let req = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(s(id))))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(s(topic)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
+    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+}
+
+/// (is control, producer id, control type or value) of every record of partition 0.
+async fn records(raw: &mut Raw, topic: &str) -> Vec<(bool, i64, String)> {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(s(topic)))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
+    let mut data = resp.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for set in RecordBatchDecoder::decode_all(&mut data).unwrap() {
+        for r in set.records {
+            let what = if r.control {
+                let k = r.key.unwrap();
+                if i16::from_be_bytes([k[2], k[3]]) == 1 {
+                    "COMMIT"
+                } else {
+                    "ABORT"
+                }
+                .to_string()
+            } else {
+                String::from_utf8_lossy(&r.value.unwrap_or_default()).into()
+            };
+            out.push((r.control, r.producer_id, what));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_requests_get_kafkas_error_codes() {
+    let b = InProcess::start(&["--transaction-max-timeout-ms", "60000"]).await;
+    create_topic(&b.bootstrap(), "t", 1).await;
+    let mut raw = Raw::connect(b.addr()).await;
+    // FindCoordinator for a transactional id names this broker.
+    let found: FindCoordinatorResponse = raw
+        .call(
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_coordinator_keys(vec![s("tx")]),
+        )
+        .await;
+    assert_eq!(found.coordinators[0].error_code, 0);
+    assert_eq!(found.coordinators[0].port, b.addr().port() as i32);
+    let r = init(&mut raw, "tx", 60_001, 4).await;
+    assert_eq!(
+        r.error_code,
+        ResponseError::InvalidTransactionTimeout.code()
+    );
+    assert_eq!(r.producer_id.0, -1);
+    let r = init(&mut raw, "tx", 60_000, 4).await;
+    assert_eq!((r.error_code, r.producer_epoch), (0, 0));
+    let pid = r.producer_id.0;
+    // Nothing added yet: EndTxn has nothing to end.
+    assert_eq!(
+        end(&mut raw, "tx", (pid, 0), true, 3).await,
+        ResponseError::InvalidTxnState.code()
+    );
+    assert_eq!(
+        end(&mut raw, "tx", (pid + 1, 0), true, 3).await,
+        ResponseError::InvalidProducerIdMapping.code()
+    );
+    assert_eq!(
+        add_partitions(&mut raw, "tx", (pid, 0), "missing", vec![0], 3).await,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    assert_eq!(
+        add_partitions(&mut raw, "tx", (pid, 0), "t", vec![0], 3).await,
+        0
+    );
+    // A second session fences the first: its open transaction is aborted
+    // first, and until then the new producer is told to retry.
+    let r = init(&mut raw, "tx", 60_000, 4).await;
+    assert_eq!(r.error_code, ResponseError::ConcurrentTransactions.code());
+    let addr = b.addr();
+    let r = eventually("the fencing abort to complete", || async move {
+        let mut raw = Raw::connect(addr).await;
+        let r = init(&mut raw, "tx", 60_000, 4).await;
+        (r.error_code == 0).then_some(r)
+    })
+    .await;
+    assert_eq!((r.producer_id.0, r.producer_epoch), (pid, 2));
+    assert_eq!(
+        add_partitions(&mut raw, "tx", (pid, 0), "t", vec![0], 3).await,
+        ResponseError::ProducerFenced.code()
+    );
+    // Clients from before KIP-588 are told INVALID_PRODUCER_EPOCH instead.
+    assert_eq!(
+        add_partitions(&mut raw, "tx", (pid, 0), "t", vec![0], 1).await,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+    assert_eq!(
+        end(&mut raw, "tx", (pid, 1), true, 1).await,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+    assert_eq!(
+        describe(&mut raw, "unknown").await.error_code,
+        ResponseError::TransactionalIdNotFound.code()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_vanishes_mid_transaction_is_aborted_after_its_timeout() {
+    let b = InProcess::start(&[
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        "100",
+    ])
+    .await;
+    create_topic(&b.bootstrap(), "t", 1).await;
+    let mut raw = Raw::connect(b.addr()).await;
+    let r = init(&mut raw, "gone", 1_000, 4).await;
+    let producer = (r.producer_id.0, r.producer_epoch);
+    assert_eq!(
+        add_partitions(&mut raw, "gone", producer, "t", vec![0], 3).await,
+        0
+    );
+    produce(&mut raw, "gone", "t", producer, 0, "never committed").await;
+    let addr = b.addr();
+    eventually("the timed-out transaction to be aborted", || async move {
+        (state_of(addr, "gone").await == "CompleteAbort").then_some(())
+    })
+    .await;
+    let d = describe(&mut raw, "gone").await;
+    assert_eq!(
+        d.producer_epoch, 1,
+        "the abort fences the vanished producer"
+    );
+    assert_eq!(
+        records(&mut raw, "t").await,
+        vec![
+            (false, producer.0, "never committed".to_string()),
+            (true, producer.0, "ABORT".to_string())
+        ]
+    );
+    assert_eq!(
+        end(&mut raw, "gone", producer, true, 3).await,
+        ResponseError::ProducerFenced.code()
+    );
+}
+
+/// Reads `__transaction_state` as Kafka's tools would: TransactionLogKey v0
+/// and TransactionLogValue v0, decoded here by hand from Kafka's schema.
+async fn transaction_log(raw: &mut Raw) -> Vec<(String, i64, i16, i8)> {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(s("__transaction_state")))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
+    let mut data = resp.responses[0].partitions[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for set in RecordBatchDecoder::decode_all(&mut data).unwrap() {
+        for r in set.records {
+            let k = r.key.unwrap();
+            assert_eq!(i16::from_be_bytes([k[0], k[1]]), 0, "key version");
+            let len = i16::from_be_bytes([k[2], k[3]]) as usize;
+            let id = String::from_utf8(k[4..4 + len].to_vec()).unwrap();
+            let v = r.value.unwrap();
+            assert_eq!(i16::from_be_bytes([v[0], v[1]]), 0, "value version");
+            let pid = i64::from_be_bytes(v[2..10].try_into().unwrap());
+            let epoch = i16::from_be_bytes([v[10], v[11]]);
+            let status = v[16] as i8;
+            out.push((id, pid, epoch, status));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_killed_after_answering_end_txn_writes_the_markers_when_it_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let broker = Process::start(dir.path(), port, &["--txn-marker-delay-ms", "600000"]);
+    let addr: std::net::SocketAddr = broker.bootstrap().parse().unwrap();
+    create_topic(&broker.bootstrap(), "t", 1).await;
+    let mut raw = Raw::connect(addr).await;
+    let r = init(&mut raw, "crashy", 60_000, 4).await;
+    let producer = (r.producer_id.0, r.producer_epoch);
+    assert_eq!(
+        add_partitions(&mut raw, "crashy", producer, "t", vec![0], 3).await,
+        0
+    );
+    produce(
+        &mut raw,
+        "crashy",
+        "t",
+        producer,
+        0,
+        "committed before the crash",
+    )
+    .await;
+    assert_eq!(end(&mut raw, "crashy", producer, true, 3).await, 0);
+    // Answered, so PrepareCommit is durable; the markers are held back.
+    assert_eq!(
+        describe(&mut raw, "crashy")
+            .await
+            .transaction_state
+            .as_str(),
+        "PrepareCommit"
+    );
+    assert_eq!(records(&mut raw, "t").await.len(), 1, "no marker yet");
+    drop(raw);
+    broker.kill9();
+    let broker = Process::start(dir.path(), port, &[]);
+    eventually("the restarted coordinator to finish the commit", || async {
+        (state_of(addr, "crashy").await == "CompleteCommit").then_some(())
+    })
+    .await;
+    let mut raw = Raw::connect(addr).await;
+    assert_eq!(
+        records(&mut raw, "t").await,
+        vec![
+            (false, producer.0, "committed before the crash".to_string()),
+            (true, producer.0, "COMMIT".to_string())
+        ]
+    );
+    // Every state change is in the topic, in Kafka's format:
+    // Empty (0), Ongoing (1), PrepareCommit (2), CompleteCommit (4).
+    let log = transaction_log(&mut raw).await;
+    let statuses: Vec<i8> = log.iter().map(|(_, _, _, st)| *st).collect();
+    assert_eq!(statuses, vec![0, 1, 2, 4]);
+    assert!(log
+        .iter()
+        .all(|(id, pid, epoch, _)| id == "crashy" && (*pid, *epoch) == producer));
+    drop(broker);
+}
