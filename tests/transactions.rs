@@ -1,10 +1,11 @@
 //! Transactions as librdkafka (the rdkafka crate) sees them, against the
 //! built broker binary: what read_committed and read_uncommitted consumers
-//! see of committed, aborted and still-open transactions, fencing of an older
-//! producer, and a broker killed with -9 after it answered EndTxn but before
-//! its COMMIT/ABORT markers reached every partition: on restart the
-//! coordinator finishes the transaction from `__transaction_state`, so a
-//! read_committed consumer sees all of it, or none of an aborted one.
+//! see of committed, aborted and still-open transactions, and a broker killed
+//! with -9 after it answered EndTxn but before its COMMIT/ABORT markers
+//! reached every partition: on restart the coordinator finishes the
+//! transaction from `__transaction_state`, so a read_committed consumer sees
+//! all of it, or none of an aborted one. (Fencing: tests/txn_coordinator.rs
+//! and the Java TransactionsTest.)
 
 mod common;
 
@@ -229,45 +230,6 @@ fn an_open_transaction_holds_read_committed_readers_at_its_first_offset() {
     assert_eq!(
         read(&bs, "read_committed", "open", 1, 3),
         vec!["before", "in-txn", "after"]
-    );
-}
-
-#[test]
-fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Process::start(dir.path(), free_port(), &[]);
-    let bs = broker.bootstrap();
-    create_topic(&bs, "fencing", 1);
-
-    let old = transactional_producer(&bs, "fenced-txn");
-    old.begin_transaction().unwrap();
-    send(&old, "fencing", 0, "old");
-    old.flush(TIMEOUT).unwrap();
-
-    // init_transactions of the newer producer aborts the older one's transaction.
-    let new = transactional_producer(&bs, "fenced-txn");
-    let err = old
-        .commit_transaction(TIMEOUT)
-        .expect_err("the older producer's commit must fail");
-    let rd = err
-        .rdkafka_error_code()
-        .expect("an error from the broker or librdkafka");
-    assert!(
-        matches!(
-            rd,
-            rdkafka::types::RDKafkaErrorCode::Fenced
-                | rdkafka::types::RDKafkaErrorCode::ProducerFenced
-                | rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch
-        ),
-        "older producer: {err}"
-    );
-
-    new.begin_transaction().unwrap();
-    send(&new, "fencing", 0, "new");
-    new.commit_transaction(TIMEOUT).unwrap();
-    assert_eq!(
-        read(&bs, "read_committed", "fencing", 1, 1),
-        vec!["new".to_string()]
     );
 }
 
