@@ -243,6 +243,15 @@ fn produce(
     let transactional = txn.transactional_id.is_some();
     if transactional {
         producer.init_transactions(Duration::from_secs(30))?;
+    } else if txn.idempotence {
+        // Likewise the producer id: one record, not counted, before the clock
+        // starts (init_transactions fetched it for a transactional producer).
+        let record = BaseRecord::<str, [u8], usize>::with_opaque_to(&t.topic, 0)
+            .payload(&b"warm-up"[..])
+            .partition(0);
+        producer.send(record).map_err(|(e, _)| e)?;
+        producer.flush(Duration::from_secs(30))?;
+        producer.context().micros.lock().unwrap().clear();
     }
     let commit_every_ms = Duration::from_millis(txn.commit_every_ms);
     // (records in, start of) the open transaction
