@@ -167,7 +167,7 @@ fn child(step: &str, src: &Path, out: &Path) {
                 keep_last_batch: false,
                 now_ms: 2_000_000_000,
             };
-            let (meta, stats) = merge(&refs, &mut sink, &opts).unwrap();
+            let (meta, stats) = merge(&refs, &mut sink, &opts, &[]).unwrap();
             detail = format!(
                 "output {} MiB, {} batches copied, {} rewritten, {} dropped, {} keys",
                 meta.size >> 20,

@@ -162,7 +162,7 @@ async fn merged_segments_keep_one_record_per_live_key() {
     // Wait a millisecond so every produced record is older than "now".
     std::thread::sleep(Duration::from_millis(5));
     let opts = MergeOptions::for_topic(&cfg, 1, true, now_ms());
-    let (meta, stats) = merge(&refs, &mut sink, &opts).unwrap();
+    let (meta, stats) = merge(&refs, &mut sink, &opts, &[]).unwrap();
     assert_eq!(
         (meta.base_offset, meta.next_offset, meta.level),
         (0, merged_end, 1)

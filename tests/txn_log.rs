@@ -486,3 +486,51 @@ async fn read_committed_fetches_and_list_offsets_stop_at_the_last_stable_offset(
     assert_eq!(aborted, [(b, 2)]);
     assert_eq!(lso, 6);
 }
+
+#[tokio::test]
+async fn describe_producers_shows_epochs_sequences_and_open_transactions() {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    create(&mut raw, "dp", 1, &[]).await;
+    let (a, b) = (
+        init_producer_id(&mut raw).await,
+        init_producer_id(&mut raw).await,
+    );
+    produce(&mut raw, "dp", 0, txn_batch(&["x", "y"], a, 0, 0)).await; // 0-1
+    produce(&mut raw, "dp", 0, txn_batch(&["z"], b, 0, 0)).await; // 2
+    assert_eq!(marker(&mut raw, (b, 0), true, 5, "dp", &[0]).await, [0]);
+    let req = DescribeProducersRequest::default().with_topics(vec![
+        TopicRequest::default()
+            .with_name(name("dp"))
+            .with_partition_indexes(vec![0, 3]),
+        TopicRequest::default()
+            .with_name(name("missing"))
+            .with_partition_indexes(vec![0]),
+    ]);
+    let resp: DescribeProducersResponse = raw.call(ApiKey::DescribeProducers, 0, &req).await;
+    let parts = &resp.topics[0].partitions;
+    assert_eq!(parts[0].error_code, 0);
+    let mut got: Vec<_> = parts[0]
+        .active_producers
+        .iter()
+        .map(|p| {
+            (
+                p.producer_id.0,
+                p.producer_epoch,
+                p.last_sequence,
+                p.coordinator_epoch,
+                p.current_txn_start_offset,
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, [(a, 0, 1, -1, 0), (b, 0, 0, 5, -1)]);
+    assert!(parts[0]
+        .active_producers
+        .iter()
+        .all(|p| p.last_timestamp > 0));
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    assert_eq!(parts[1].error_code, unknown);
+    assert_eq!(resp.topics[1].partitions[0].error_code, unknown);
+}

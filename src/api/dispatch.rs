@@ -23,7 +23,8 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
-    produce, producer_id, quorum, topics, transactions, txn_markers, versions, Broker, Reply,
+    produce, producer_id, producers, quorum, topics, transactions, txn_markers, versions, Broker,
+    Reply,
 };
 
 pub struct Api {
@@ -118,6 +119,7 @@ pub const APIS: &[Api] = &[
     api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| consumer_groups::consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| consumer_groups::consumer_group_describe(b, r, cx.version))),
     api!(WriteTxnMarkersRequest, 1..=1, later(|b, r, _| txn_markers::write_txn_markers(b.clone(), r))),
+    api!(DescribeProducersRequest, 0..=0, ready(|b, r, _| producers::describe_producers(b, r))),
 ];
 
 /// The entry serving `key` at `version`, if any.

@@ -23,6 +23,7 @@ mod offsets;
 mod partitions;
 mod produce;
 mod producer_id;
+mod producers;
 mod quorum;
 mod topics;
 mod transactions;

@@ -33,6 +33,7 @@ use super::merge::{merge, MergeOptions, MergeStats};
 use super::store_source::StoreSegment;
 use super::CompactionError;
 use crate::catalog::config::TopicConfig;
+use crate::format::control::AbortedTxn;
 use crate::format::segment::{file_name, SNAPSHOT_EXT};
 use crate::log::now_ms;
 use crate::manifest::{
@@ -155,7 +156,14 @@ impl Runner {
         let Some(first) = locate(&manifest, &job.sources) else {
             return Ok(Err("sources no longer in the manifest".into()));
         };
+        if first + job.sources.len() > manifest.stable_segments() {
+            return Ok(Err("sources reach past the last stable offset".into()));
+        }
         let segments = manifest.segments[first..first + job.sources.len()].to_vec();
+        let aborted = manifest.aborted_txns(
+            segments[0].base_offset,
+            segments[segments.len() - 1].next_offset,
+        );
         let run_id = Uuid::new_v4().simple().to_string();
         let base = segments[0].base_offset;
         let key = format!(
@@ -169,6 +177,7 @@ impl Runner {
             .merge_into(
                 job,
                 &segments,
+                aborted,
                 (first == 0, ends_at_end),
                 work.clone(),
                 &key,
@@ -187,6 +196,7 @@ impl Runner {
         &self,
         job: &JobSpec,
         segments: &[TieredSegment],
+        aborted: Vec<AbortedTxn>,
         (includes_oldest, ends_at_end): (bool, bool),
         work: PathBuf,
         key: &str,
@@ -208,7 +218,7 @@ impl Runner {
             let refs: Vec<&dyn SegmentSource> =
                 sources.iter().map(|s| s as &dyn SegmentSource).collect();
             let mut sink = LocalSink::create(&dir, base)?;
-            merge(&refs, &mut sink, &opts)
+            merge(&refs, &mut sink, &opts, &aborted)
         })
         .await
         .map_err(|e| CompactionError::InvalidMerge(format!("merge task failed: {e}")))??;

@@ -45,12 +45,14 @@ use crate::format::batch::{
     BATCH_LENGTH_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER_LEN, LOG_OVERHEAD, MAX_TIMESTAMP_OFFSET,
     RECORD_COUNT_OFFSET,
 };
+use crate::format::control::AbortedTxn;
 use crate::format::key_index::{merge_sorted, KeyIndexReader, KeyIndexWriter, ProducerLast};
 use crate::format::key_sketch::{KeySketch, KeyStats};
 use crate::format::records;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
 use crate::format::FormatError;
 use crate::log::index::{SegmentIndex, INDEX_INTERVAL_BYTES};
+use crate::log::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET};
 
 const KEY_INDEX_READ_BUFFER: usize = 64 * 1024;
 
@@ -208,10 +210,16 @@ impl Output<'_> {
 
 /// Merges `sources` (contiguous, oldest first) into one segment written to
 /// `sink`, and returns its descriptor (already published by the sink).
+///
+/// `aborted` lists the partition's aborted transactions that overlap the
+/// sources (their markers may lie beyond them); the caller merges only
+/// segments below the last stable offset, so every transaction with data
+/// here is decided.
 pub fn merge(
     sources: &[&dyn SegmentSource],
     sink: &mut dyn SegmentSink,
     opts: &MergeOptions,
+    aborted: &[AbortedTxn],
 ) -> Result<(SegmentMeta, MergeStats), CompactionError> {
     let first = sources
         .first()
@@ -248,6 +256,7 @@ pub fn merge(
         index: SegmentIndex::default(),
     };
 
+    let txns = Txns::new(aborted);
     let filter = match opts.mode {
         MergeMode::Concatenate => None,
         MergeMode::Compact => Some(mark_survivors(
@@ -256,9 +265,12 @@ pub fn merge(
             base_offset,
             span,
             opts,
+            &txns,
             &mut stats,
         )?),
     };
+    let mut cleaner = TxnCleaner::default();
+    let mut kept_aborted: Vec<AbortedTxn> = Vec::new();
 
     let mut kept = Kept::default();
     let mut rebuilt = Vec::new();
@@ -282,8 +294,25 @@ pub fn merge(
                 out.emit(bytes, &h)?;
                 continue;
             };
-            // Control batches are transaction markers: never key-compacted.
-            let survivors = if h.is_control() {
+            // Transactions, as Kafka's cleaner treats them: an aborted
+            // transaction's batches go; a marker goes once no batch of its
+            // transaction is left and delete.retention.ms passed (like a
+            // tombstone, only in a merge that starts at the oldest data, so
+            // no earlier batch of it can remain).
+            let discard = if h.is_control() {
+                let ended = cleaner.on_marker(&h, &txns, base_offset);
+                let gone =
+                    ended.discardable && opts.tombstone_cutoff.is_some_and(|c| h.max_timestamp < c);
+                if !gone {
+                    kept_aborted.extend(ended.aborted);
+                }
+                gone
+            } else {
+                cleaner.on_data(&h, &txns)
+            };
+            let survivors = if discard {
+                0
+            } else if h.is_control() {
                 h.record_count as u64
             } else if h.record_count == 0 {
                 // Emptied by an earlier merge: it goes once its producer has a
@@ -299,7 +328,7 @@ pub fn merge(
             }
             let kept_count = if survivors == u64::MAX {
                 0
-            } else if survivors == 0 && h.max_timestamp < opts.keep_newer_than {
+            } else if survivors == 0 && (discard || h.max_timestamp < opts.keep_newer_than) {
                 // Nothing survives and nothing is young: no need to decode.
                 stats.records_removed += h.record_count as u64;
                 0
@@ -364,10 +393,13 @@ pub fn merge(
             .unwrap_or(opts.now_ms),
         sealed_ms: opts.now_ms,
         keys,
-        aborted: sources
-            .iter()
-            .flat_map(|s| s.meta().aborted.iter().copied())
-            .collect(),
+        aborted: match opts.mode {
+            MergeMode::Concatenate => sources
+                .iter()
+                .flat_map(|s| s.meta().aborted.iter().copied())
+                .collect(),
+            MergeMode::Compact => kept_aborted,
+        },
     };
     stats.output_bytes = out.size;
     stats.output_batches = out.batch_count;
@@ -385,15 +417,23 @@ fn mark_survivors(
     base_offset: i64,
     span: u64,
     opts: &MergeOptions,
+    txns: &Txns,
     stats: &mut MergeStats,
 ) -> Result<(Bitmap, HashMap<i64, i64>, KeySketch), CompactionError> {
     let mut readers = Vec::with_capacity(sources.len());
     let mut last_of_producer = HashMap::new();
     for s in sources {
-        let r = KeyIndexReader::new(BufReader::with_capacity(
-            KEY_INDEX_READ_BUFFER,
-            s.key_index()?,
-        ))?;
+        let meta = s.meta();
+        // A segment's key index counts every record; one holding aborted
+        // records gets an index without them, or an aborted value would
+        // supersede a committed one.
+        let index: Box<dyn std::io::Read + Send + '_> =
+            if txns.overlaps(meta.base_offset, meta.next_offset) {
+                Box::new(std::io::Cursor::new(committed_key_index(*s, txns)?))
+            } else {
+                s.key_index()?
+            };
+        let r = KeyIndexReader::new(BufReader::with_capacity(KEY_INDEX_READ_BUFFER, index))?;
         if r.base_offset() != s.meta().base_offset {
             return Err(FormatError::CorruptIndex(format!(
                 "key index of segment {} says base offset {}",
@@ -437,6 +477,127 @@ fn mark_survivors(
     })?;
     writer.finish()?;
     Ok((bits, last_of_producer, sketch))
+}
+
+/// The aborted transactions a merge knows of, by producer id.
+struct Txns {
+    by_producer: HashMap<i64, Vec<AbortedTxn>>,
+}
+
+impl Txns {
+    fn new(aborted: &[AbortedTxn]) -> Txns {
+        let mut by_producer: HashMap<i64, Vec<AbortedTxn>> = HashMap::new();
+        for a in aborted {
+            by_producer.entry(a.producer_id).or_default().push(*a);
+        }
+        Txns { by_producer }
+    }
+
+    fn overlaps(&self, base: i64, next: i64) -> bool {
+        self.by_producer
+            .values()
+            .flatten()
+            .any(|a| a.first_offset < next && a.last_offset >= base)
+    }
+
+    /// The aborted transaction data batch `h` belongs to, if any: a
+    /// producer has one transaction open at a time, so its batches between
+    /// an aborted transaction's first offset and its marker are that
+    /// transaction's.
+    fn aborted_of(&self, h: &BatchHeader) -> Option<&AbortedTxn> {
+        if !h.is_transactional() || h.is_control() {
+            return None;
+        }
+        self.by_producer
+            .get(&h.producer_id)?
+            .iter()
+            .find(|a| a.first_offset <= h.base_offset && h.base_offset < a.last_offset)
+    }
+
+    /// The aborted transaction whose marker is batch `h`.
+    fn ended_by(&self, h: &BatchHeader) -> Option<&AbortedTxn> {
+        self.by_producer
+            .get(&h.producer_id)?
+            .iter()
+            .find(|a| a.last_offset == h.base_offset)
+    }
+}
+
+/// What a merge saw of each producer's transactions so far (Kafka's
+/// `CleanedTransactionMetadata`).
+#[derive(Default)]
+struct TxnCleaner {
+    /// Producers whose committed (or not yet ended) transaction has a batch
+    /// in the merge.
+    committed_data: std::collections::HashSet<i64>,
+    /// Aborted transactions (by marker offset) with a batch in the merge.
+    aborted_data: std::collections::HashSet<i64>,
+}
+
+/// What becomes of a marker.
+struct MarkerFate {
+    /// No batch of its transaction is left.
+    discardable: bool,
+    /// The aborted transaction it ends, kept in the output's index with it.
+    aborted: Option<AbortedTxn>,
+}
+
+impl TxnCleaner {
+    /// Whether data batch `h` is discarded: it belongs to an aborted transaction.
+    fn on_data(&mut self, h: &BatchHeader, txns: &Txns) -> bool {
+        if let Some(a) = txns.aborted_of(h) {
+            self.aborted_data.insert(a.last_offset);
+            return true;
+        }
+        if h.is_transactional() {
+            self.committed_data.insert(h.producer_id);
+        }
+        false
+    }
+
+    fn on_marker(&mut self, h: &BatchHeader, txns: &Txns, merge_base: i64) -> MarkerFate {
+        if h.record_count == 0 {
+            // Emptied by an earlier merge.
+            return MarkerFate {
+                discardable: true,
+                aborted: None,
+            };
+        }
+        let committed_data = self.committed_data.remove(&h.producer_id);
+        match txns.ended_by(h) {
+            Some(a) => MarkerFate {
+                discardable: !self.aborted_data.remove(&a.last_offset)
+                    && a.first_offset >= merge_base,
+                aborted: Some(*a),
+            },
+            None => MarkerFate {
+                discardable: !committed_data,
+                aborted: None,
+            },
+        }
+    }
+}
+
+/// The key index of `source` without the records of aborted transactions.
+fn committed_key_index(
+    source: &dyn SegmentSource,
+    txns: &Txns,
+) -> Result<Vec<u8>, CompactionError> {
+    let meta = source.meta();
+    let mut builder = KeyIndexBuilder::new(
+        meta.base_offset,
+        DEFAULT_BUILD_BUDGET,
+        &std::env::temp_dir(),
+    );
+    let mut stream = BatchStream::new(source.log()?);
+    while let Some((h, bytes)) = stream.next_batch()? {
+        if txns.aborted_of(&h).is_some() {
+            builder.add_batch(&h);
+        } else {
+            add_batch_records(&mut builder, &h, bytes)?;
+        }
+    }
+    Ok(builder.finish(Vec::new())?)
 }
 
 /// The survivors of one batch, reused across batches.
@@ -686,7 +847,7 @@ mod tests {
         let refs: Vec<&dyn SegmentSource> =
             sources.iter().map(|s| s as &dyn SegmentSource).collect();
         let mut sink = LocalSink::create(out_dir, sources[0].meta().base_offset).unwrap();
-        merge(&refs, &mut sink, opts).unwrap()
+        merge(&refs, &mut sink, opts, &[]).unwrap()
     }
 
     fn compact_opts(now: i64) -> MergeOptions {
@@ -705,6 +866,130 @@ mod tests {
             .iter()
             .flat_map(|s| decode_batches(&read_log(dir, s.meta().base_offset)))
             .collect()
+    }
+
+    /// (key, value or "COMMIT"/"ABORT") of every record, with the batch's producer.
+    fn contents(bytes: &[u8]) -> Vec<(i64, String, String)> {
+        decode_batches(bytes)
+            .into_iter()
+            .flat_map(|(h, recs)| {
+                recs.into_iter().map(move |r| {
+                    let key = r.1.map(|k| String::from_utf8_lossy(&k).into_owned());
+                    let text = if h.is_control() {
+                        let k = key.clone().map(|k| k.into_bytes()).unwrap_or_default();
+                        if k[3] == 1 { "COMMIT" } else { "ABORT" }.to_string()
+                    } else {
+                        String::from_utf8_lossy(&r.2.unwrap_or_default()).into_owned()
+                    };
+                    let key = if h.is_control() {
+                        String::new()
+                    } else {
+                        key.unwrap()
+                    };
+                    (h.producer_id, key, text)
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn aborted_records_never_supersede_and_go_with_their_markers_in_time() {
+        use crate::format::batch::encode_transactional_batch;
+        use crate::format::control::EndTxnMarker;
+        let src = tempfile::tempdir().unwrap();
+        let p = Partition::open(src.path()).unwrap();
+        let rec = |k: &str, v: &str| {
+            (
+                Some(Bytes::from(k.to_string())),
+                Some(Bytes::from(v.to_string())),
+                OLD,
+            )
+        };
+        let cfg = cfg(1 << 20);
+        let plain = |records| encode_batch(records, None, Compression::None).unwrap();
+        let txn = |pid, records| {
+            encode_transactional_batch(records, (pid, 0, 0), Compression::None).unwrap()
+        };
+        let end = |commit| EndTxnMarker {
+            commit,
+            coordinator_epoch: 0,
+        };
+        p.append(&plain(vec![rec("a", "a0"), rec("b", "b0")]), &cfg)
+            .unwrap();
+        p.append(
+            &txn(10, vec![rec("a", "aborted"), rec("b", "aborted")]),
+            &cfg,
+        )
+        .unwrap();
+        p.append(&txn(20, vec![rec("c", "c1")]), &cfg).unwrap();
+        p.append_marker(10, 0, end(false), &cfg).unwrap();
+        p.append_marker(20, 0, end(true), &cfg).unwrap();
+        p.append_marker(30, 0, end(false), &cfg).unwrap(); // no data: no entry
+        p.append(&plain(vec![rec("d", "d0")]), &cfg).unwrap();
+        assert!(p
+            .roll_if_due(&AppendConfig {
+                segment_ms: 0,
+                ..cfg
+            })
+            .unwrap());
+        let aborted = p.aborted_txns(0, p.end_offset());
+        assert_eq!(aborted.len(), 1);
+        let sources = LocalSegment::list(src.path()).unwrap();
+        for s in &sources {
+            s.ensure_key_index().unwrap();
+        }
+        let refs: Vec<&dyn SegmentSource> =
+            sources.iter().map(|s| s as &dyn SegmentSource).collect();
+
+        // Within delete.retention.ms: aborted data goes, every marker stays.
+        let out = tempfile::tempdir().unwrap();
+        let mut sink = LocalSink::create(out.path(), 0).unwrap();
+        let (meta, _) = merge(&refs, &mut sink, &compact_opts(2 * OLD), &aborted).unwrap();
+        let got = contents(&read_log(out.path(), 0));
+        let row = |pid: i64, k: &str, v: &str| (pid, k.to_string(), v.to_string());
+        assert_eq!(
+            got,
+            [
+                row(-1, "a", "a0"),
+                row(-1, "b", "b0"),
+                row(20, "c", "c1"),
+                row(10, "", "ABORT"),
+                row(20, "", "COMMIT"),
+                row(30, "", "ABORT"),
+                row(-1, "d", "d0"),
+            ]
+        );
+        assert_eq!(meta.aborted, aborted, "its marker stays, so does the entry");
+
+        // Merged again past delete.retention.ms: the markers whose
+        // transactions left no data go (emptied: each is its producer's last
+        // batch), the COMMIT of live data stays, and so does the index entry
+        // of nothing.
+        let again = LocalSegment::open(out.path(), 0).unwrap();
+        let out2 = tempfile::tempdir().unwrap();
+        let mut sink = LocalSink::create(out2.path(), 0).unwrap();
+        let opts = MergeOptions {
+            tombstone_cutoff: Some(i64::MAX),
+            ..compact_opts(2 * OLD)
+        };
+        let (meta2, _) = merge(&[&again], &mut sink, &opts, &meta.aborted).unwrap();
+        let got = contents(&read_log(out2.path(), 0));
+        assert_eq!(
+            got,
+            [
+                row(-1, "a", "a0"),
+                row(-1, "b", "b0"),
+                row(20, "c", "c1"),
+                row(20, "", "COMMIT"),
+                row(-1, "d", "d0"),
+            ]
+        );
+        assert!(meta2.aborted.is_empty());
+        let emptied_markers = decode_batches(&read_log(out2.path(), 0))
+            .iter()
+            .filter(|(h, r)| h.is_control() && r.is_empty())
+            .count();
+        assert_eq!(emptied_markers, 2);
     }
 
     #[test]
@@ -1063,7 +1348,7 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let mut sink = LocalSink::create(out.path(), 0).unwrap();
         assert!(matches!(
-            merge(&refs, &mut sink, &compact_opts(0)),
+            merge(&refs, &mut sink, &compact_opts(0), &[]),
             Err(CompactionError::InvalidMerge(_))
         ));
         drop(sink);

@@ -102,7 +102,12 @@ impl Scheduler {
     pub fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Vec<JobSpec> {
         let key = (topic.id(), partition);
         let config = topic.config();
-        let descs: Vec<SegmentDesc> = manifest.segments.iter().map(SegmentDesc::from).collect();
+        // Nothing at or past the last stable offset is merged: an undecided
+        // transaction's record must not supersede a committed one.
+        let descs: Vec<SegmentDesc> = manifest.segments[..manifest.stable_segments()]
+            .iter()
+            .map(SegmentDesc::from)
+            .collect();
         let now = self.clock.now_ms();
         let jobs = policy::disjoint_jobs(policy::for_topic(&config).as_ref(), &descs, now);
         let mut outstanding = self.outstanding.lock();

@@ -122,6 +122,12 @@ pub struct Manifest {
     /// next leader reads the head back from this node's write-ahead log.
     #[serde(default)]
     pub leader: Option<LeaderMark>,
+    /// The partition's last stable offset when the leader last uploaded
+    /// (LSOs only grow, so the current one is at least this): merges stay
+    /// below it, where every transaction is decided. `None` in manifests
+    /// from before transactions, which had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_offset: Option<i64>,
 }
 
 /// Who leads a partition, as its manifest records it.
@@ -141,6 +147,7 @@ impl Manifest {
             segments: Vec::new(),
             written_ms: 0,
             leader: None,
+            stable_offset: None,
         }
     }
 
@@ -154,6 +161,28 @@ impl Manifest {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// How many segments, from the first, lie wholly below the stable
+    /// offset: only those may be merged.
+    pub fn stable_segments(&self) -> usize {
+        self.segments
+            .iter()
+            .take_while(|s| self.stable_offset.is_none_or(|lso| s.next_offset <= lso))
+            .count()
+    }
+
+    /// The aborted transactions of the whole tiered log that overlap
+    /// `from..upper`.
+    pub fn aborted_txns(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        let lists = self
+            .segments
+            .iter()
+            .filter(|s| s.next_offset > from)
+            .map(|s| &s.aborted[..]);
+        crate::format::control::collect_aborted(lists, from, upper, &mut out);
+        out
     }
 
     /// One past the last tiered offset, if any segment is tiered.
@@ -331,6 +360,25 @@ mod tests {
             keys: None,
             aborted: Vec::new(),
         }
+    }
+
+    #[test]
+    fn only_segments_below_the_stable_offset_are_mergeable() {
+        let mut m = Manifest::empty(WriterEpoch::new(1));
+        m.segments = vec![segment(0, 10), segment(10, 20), segment(20, 30)];
+        assert_eq!(m.stable_segments(), 3, "no transactions: all of them");
+        m.stable_offset = Some(20);
+        assert_eq!(m.stable_segments(), 2);
+        m.stable_offset = Some(19);
+        assert_eq!(m.stable_segments(), 1);
+        m.segments[2].aborted = vec![AbortedTxn {
+            producer_id: 5,
+            first_offset: 8,
+            last_offset: 25,
+            last_stable_offset: 26,
+        }];
+        assert_eq!(m.aborted_txns(0, 10).len(), 1);
+        assert!(m.aborted_txns(26, 30).is_empty());
     }
 
     async fn exactly_one_of_two_writers_wins(store: Arc<dyn ObjectStore>) {

@@ -175,11 +175,16 @@ impl Uploader {
                 self.upload_segment(partition, meta, &tiered.key).await?;
                 uploaded.push(tiered);
             }
+            let stable_offset = partition.last_stable_offset();
             self.partitions
                 .commit(&remote, partition.leader_epoch(), |m| {
                     let end = m.end_offset().unwrap_or(i64::MIN);
                     m.segments
                         .extend(uploaded.iter().filter(|s| s.base_offset >= end).cloned());
+                    m.stable_offset = Some(
+                        m.stable_offset
+                            .map_or(stable_offset, |s| s.max(stable_offset)),
+                    );
                 })
                 .await?;
         }
