@@ -58,6 +58,8 @@ enum Command {
         /// in the client, which dominates latency under saturation.
         #[arg(long, default_value_t = 1_000_000)]
         queue_messages: u32,
+        #[command(flatten)]
+        txn: TxnArgs,
     },
     /// Produce at a steady rate with acks=all and idempotence for
     /// `--seconds`, and report the longest gap between acknowledgements per
@@ -77,12 +79,31 @@ enum Command {
         target: Target,
         #[arg(long)]
         records: u64,
+        /// read_committed (librdkafka's default) or read_uncommitted.
+        #[arg(long, default_value = "read_committed")]
+        isolation: String,
     },
     /// Count the records readable from offset 0 to the end of partition 0.
     Count {
         #[command(flatten)]
         target: Target,
     },
+}
+
+/// Idempotent or transactional produce (both imply acks=all).
+#[derive(Args)]
+struct TxnArgs {
+    #[arg(long)]
+    idempotence: bool,
+    /// Produce in transactions of this transactional.id, committed every
+    /// `--commit-every-ms` or every `--commit-every-records`, whichever
+    /// comes first (0: no such bound).
+    #[arg(long)]
+    transactional_id: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    commit_every_ms: u64,
+    #[arg(long, default_value_t = 0)]
+    commit_every_records: u64,
 }
 
 #[derive(Args)]
@@ -107,6 +128,7 @@ fn main() -> anyhow::Result<()> {
             linger_ms,
             batch_bytes,
             queue_messages,
+            txn,
         } => produce(
             &target,
             records,
@@ -114,13 +136,18 @@ fn main() -> anyhow::Result<()> {
             &acks,
             (linger_ms, batch_bytes),
             queue_messages,
+            &txn,
         ),
         Command::Steady {
             target,
             seconds,
             rate,
         } => steady(&target, seconds, rate),
-        Command::Consume { target, records } => consume(&target, records),
+        Command::Consume {
+            target,
+            records,
+            isolation,
+        } => consume(&target, records, &isolation),
         Command::Count { target } => count(&target),
     }
 }
@@ -184,13 +211,15 @@ fn produce(
     acks: &str,
     (linger_ms, batch_bytes): (u32, u32),
     queue_messages: u32,
+    txn: &TxnArgs,
 ) -> anyhow::Result<()> {
     let ctx = Latencies {
         start: Instant::now(),
         micros: Mutex::new(Vec::with_capacity(records as usize)),
         failed: AtomicU64::new(0),
     };
-    let producer: ThreadedProducer<Latencies> = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", &t.bootstrap)
         .set("acks", acks)
         .set("linger.ms", linger_ms.to_string())
@@ -199,18 +228,45 @@ fn produce(
         .set("batch.num.messages", "1000000")
         .set("compression.type", "none")
         .set("queue.buffering.max.messages", queue_messages.to_string())
-        .set("queue.buffering.max.kbytes", "1048576")
-        .create_with_context(ctx)?;
+        .set("queue.buffering.max.kbytes", "1048576");
+    if txn.idempotence {
+        config.set("enable.idempotence", "true");
+    }
+    if let Some(id) = &txn.transactional_id {
+        config.set("transactional.id", id);
+    }
+    let producer: ThreadedProducer<Latencies> = config.create_with_context(ctx)?;
     // Metadata first, so connection setup is not part of the measurement.
     producer
         .client()
         .fetch_metadata(Some(&t.topic), Duration::from_secs(10))?;
+    let transactional = txn.transactional_id.is_some();
+    if transactional {
+        producer.init_transactions(Duration::from_secs(30))?;
+    } else if txn.idempotence {
+        // Likewise the producer id: one record, not counted, before the clock
+        // starts (init_transactions fetched it for a transactional producer).
+        let record = BaseRecord::<str, [u8], usize>::with_opaque_to(&t.topic, 0)
+            .payload(&b"warm-up"[..])
+            .partition(0);
+        producer.send(record).map_err(|(e, _)| e)?;
+        producer.flush(Duration::from_secs(30))?;
+        producer.context().micros.lock().unwrap().clear();
+    }
+    let commit_every_ms = Duration::from_millis(txn.commit_every_ms);
+    // (records in, start of) the open transaction
+    let mut open: Option<(u64, Instant)> = None;
+    let mut commits = 0u64;
 
     let payload: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
     let start = Instant::now();
     let since_start = || producer.context().start.elapsed().as_nanos() as usize;
     let mut key = String::new();
     for i in 0..records {
+        if transactional && open.is_none() {
+            producer.begin_transaction()?;
+            open = Some((0, Instant::now()));
+        }
         key.clear();
         if keys > 0 {
             use std::fmt::Write;
@@ -232,6 +288,24 @@ fn produce(
                 Err((e, _)) => return Err(e).context("enqueue"),
             }
         }
+        if let Some((n, began)) = &mut open {
+            *n += 1;
+            if (txn.commit_every_records > 0 && *n >= txn.commit_every_records)
+                || (txn.commit_every_ms > 0 && began.elapsed() >= commit_every_ms)
+            {
+                producer
+                    .commit_transaction(Duration::from_secs(60))
+                    .context("commit")?;
+                commits += 1;
+                open = None;
+            }
+        }
+    }
+    if open.is_some() {
+        producer
+            .commit_transaction(Duration::from_secs(60))
+            .context("commit")?;
+        commits += 1;
     }
     producer.flush(Duration::from_secs(120))?;
     let secs = start.elapsed().as_secs_f64();
@@ -252,6 +326,7 @@ fn produce(
         size as u64 * records,
         secs,
         Some((pct(0.50), pct(0.99))),
+        transactional.then_some(commits),
     );
     Ok(())
 }
@@ -341,9 +416,10 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn consume(t: &Target, records: u64) -> anyhow::Result<()> {
+fn consume(t: &Target, records: u64, isolation: &str) -> anyhow::Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &t.bootstrap)
+        .set("isolation.level", isolation)
         // Required by librdkafka, unused: reading by assignment only.
         .set("group.id", "strata-bench")
         .set("enable.auto.commit", "false")
@@ -385,7 +461,7 @@ fn consume(t: &Target, records: u64) -> anyhow::Result<()> {
         }
     }
     let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    report(count, bytes, secs, None);
+    report(count, bytes, secs, None, None);
     Ok(())
 }
 
@@ -423,7 +499,7 @@ fn count(t: &Target) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn report(records: u64, bytes: u64, secs: f64, latency: Option<(f64, f64)>) {
+fn report(records: u64, bytes: u64, secs: f64, latency: Option<(f64, f64)>, commits: Option<u64>) {
     let mut out = json!({
         "records": records,
         "seconds": secs,
@@ -434,6 +510,9 @@ fn report(records: u64, bytes: u64, secs: f64, latency: Option<(f64, f64)>) {
     if let Some((p50, p99)) = latency {
         out["p50_ms"] = json!(p50);
         out["p99_ms"] = json!(p99);
+    }
+    if let Some(commits) = commits {
+        out["commits"] = json!(commits);
     }
     println!("{out}");
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Strata integration tests with the real Apache Kafka Java client (kafka-clients 4.1.1) and
-# Kafka's own CLI tools (kafka-tools 4.1.1: TopicCommand, ConsoleProducer, ConsoleConsumer,
-# GetOffsetShell), run as JUnit 5 tests by Maven Surefire against a freshly started broker.
+# Strata integration tests with the real Apache Kafka Java client (kafka-clients 4.1.1), Kafka
+# Streams 4.1.1 and Kafka's own CLI tools (kafka-tools 4.1.1: TopicCommand, ConsoleProducer,
+# ConsoleConsumer, GetOffsetShell, TransactionsCommand), run as JUnit 5 tests by Maven Surefire
+# against a freshly started broker.
 #
 #   integration/java/run.sh                 # builds, starts target/release/strata, runs all tests
 #   integration/java/run.sh -Dtest=AdminTest            # extra args go to `mvn test`
@@ -31,6 +32,11 @@
 #                       configs, a 200-partition consumer on fetch sessions
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
+#   TransactionsTest    consume-transform-produce with sendOffsetsToTransaction (aborted batches included),
+#                       aborted data per isolation level, fencing, timeout abort of a vanished producer,
+#                       kafka-transactions list / describe / describe-producers
+#   StreamsEosTest      Kafka Streams word count (KTable) under exactly_once_v2 on a private broker: exact
+#                       counts, also across kill -9 and restart of the broker mid-run
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
 # timeout, consumer-protocol heartbeats every 500 ms and 3 s sessions) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).

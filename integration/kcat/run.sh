@@ -302,13 +302,64 @@ print(f"    read {len(got)} of {len(produced)} records, offsets {offs[0]}..{offs
 EOF
 }
 
+# Transactions produced with confluent-kafka (commit, abort, and one left open) read by kcat:
+# read_committed ends at the open transaction (-e stops at the LSO) and skips the aborted one;
+# read_uncommitted reads everything; after the commit read_committed reads the rest.
+check_transactions() {
+  python3 -c 'import confluent_kafka' 2>/dev/null \
+    || { echo "  confluent-kafka is not installed (run integration/install-deps.sh)" >&2; return 1; }
+  local t; t="$(topic txn)"
+  python3 - "$B" "$t" <<'EOF'
+import subprocess, sys, time
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+b, t = sys.argv[1], sys.argv[2]
+admin = AdminClient({"bootstrap.servers": b})  # (kept alive until the future resolves)
+admin.create_topics([NewTopic(t, 1, 1)])[t].result(timeout=20)
+
+def kcat(isolation):
+    out = subprocess.run(["timeout", "30", "kcat", "-b", b, "-C", "-t", t, "-p", "0", "-e", "-q",
+                          "-o", "beginning", "-f", "%s\n", "-X", f"isolation.level={isolation}"],
+                         check=True, capture_output=True, text=True).stdout
+    return out.split()
+
+def expect(isolation, want, when):
+    # (retried for a while: the markers that move the LSO follow EndTxn's answer)
+    deadline = time.monotonic() + 15
+    while (got := kcat(isolation)) != want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert got == want, f"{isolation} {when}: {got}"
+
+p = Producer({"bootstrap.servers": b, "transactional.id": "kcat-" + t})
+p.init_transactions(20)
+for prefix, commit in (("c1", True), ("aborted", False), ("open", None)):
+    p.begin_transaction()
+    for i in range(5):
+        p.produce(t, value=f"{prefix}-{i}".encode(), partition=0)
+    p.flush(20)
+    if commit is True:
+        p.commit_transaction(20)
+    elif commit is False:
+        p.abort_transaction(20)
+c1 = [f"c1-{i}" for i in range(5)]
+aborted = [f"aborted-{i}" for i in range(5)]
+opened = [f"open-{i}" for i in range(5)]
+expect("read_committed", c1, "with a transaction open")
+expect("read_uncommitted", c1 + aborted + opened, "with a transaction open")
+p.commit_transaction(20)
+expect("read_committed", c1 + opened, "after the commit")
+print(f"    read_committed {len(c1 + opened)} records, read_uncommitted {len(c1 + aborted + opened)}")
+EOF
+}
+
 # ------------------------------------------------------------------ runner
 
 PASSED=0
 FAILED=0
 FAILED_NAMES=()
 for check in check_metadata check_keyed check_headers check_codecs check_tombstones \
-             check_relative_offset check_timestamps check_all_partitions check_compaction; do
+             check_relative_offset check_timestamps check_all_partitions check_compaction \
+             check_transactions; do
   t0="$(now_ms)"
   set +e
   ( set -e; "$check" )
