@@ -118,7 +118,15 @@ pub fn plan(
         let leader = old
             .and_then(|e| e.handover_to)
             .filter(|t| live.contains(t))
-            .unwrap_or_else(|| least_loaded(&load));
+            .unwrap_or_else(|| {
+                // Spread the topic first, as Kafka spreads a topic's replicas.
+                let spread = topic_spread(&next[&topic], live);
+                *load
+                    .iter()
+                    .min_by_key(|(n, l)| (spread[*n], **l, **n))
+                    .expect("live is not empty")
+                    .0
+            });
         let epoch = old.map_or(0, |e| e.epoch + 1);
         *load.get_mut(&leader).expect("live") += 1;
         next.get_mut(&topic).expect("inserted above").insert(
@@ -157,8 +165,21 @@ fn least_loaded(load: &BTreeMap<NodeId, usize>) -> NodeId {
         .0
 }
 
+/// How many partitions of one topic head to each live broker.
+fn topic_spread(parts: &TopicAssignment, live: &BTreeSet<NodeId>) -> BTreeMap<NodeId, usize> {
+    let mut spread: BTreeMap<NodeId, usize> = live.iter().map(|n| (*n, 0)).collect();
+    for e in parts.values() {
+        if let Some(c) = spread.get_mut(&e.destination()) {
+            *c += 1;
+        }
+    }
+    spread
+}
+
 /// Moves one partition heading to `src` so that it heads to `dst`, choosing
-/// the cheapest kind of move available (see the module docs).
+/// the cheapest kind of move available (see the module docs) among the moves
+/// that keep each topic spread: a partition moves only from a broker with more
+/// of its topic than `dst` has, unless no such partition is left.
 fn move_one(next: &mut Assignment, placed: &BTreeSet<(Uuid, i32)>, src: NodeId, dst: NodeId) {
     let rank = |topic: &Uuid, partition: &i32, e: &PartitionLeader| -> Option<u8> {
         if e.destination() != src {
@@ -174,17 +195,20 @@ fn move_one(next: &mut Assignment, placed: &BTreeSet<(Uuid, i32)>, src: NodeId, 
             3
         })
     };
-    let mut best: Option<(u8, Uuid, i32)> = None;
+    let mut best: Option<((bool, u8), Uuid, i32)> = None;
     for (topic, parts) in next.iter() {
+        let count = |node: NodeId| parts.values().filter(|e| e.destination() == node).count();
+        let unspreads = count(src) <= count(dst);
         for (partition, e) in parts {
             if let Some(r) = rank(topic, partition, e) {
-                if best.is_none_or(|(b, _, _)| r < b) {
-                    best = Some((r, *topic, *partition));
+                let key = (unspreads, r);
+                if best.is_none_or(|(b, _, _)| key < b) {
+                    best = Some((key, *topic, *partition));
                 }
             }
         }
     }
-    let (rank, topic, partition) = best.expect("a broker with load >= 2 has a partition");
+    let ((_, rank), topic, partition) = best.expect("a broker with load >= 2 has a partition");
     let e = next
         .get_mut(&topic)
         .and_then(|t| t.get_mut(&partition))
