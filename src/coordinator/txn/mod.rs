@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use crate::clock::SharedClock;
 use state::{EndStep, InitStep, TxnError, TxnMetadata, TxnState};
@@ -95,7 +95,16 @@ pub struct TxnCoordinator {
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<MarkerJob>>>,
     leadership: OnceLock<Leadership>,
     loading: AtomicBool,
+    /// Woken whenever a pending change is applied or dropped.
+    settled: Notify,
 }
+
+/// How long AddPartitionsToTxn / AddOffsetsToTxn wait for the previous
+/// transaction's markers before answering CONCURRENT_TRANSACTIONS. A producer
+/// that commits and at once begins the next transaction arrives while the
+/// markers are still being written; told to retry, clients back off for up
+/// to 100 ms, which would cap a producer at a few commits a second.
+const CONCURRENT_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
 
 impl TxnCoordinator {
     /// Replays `__transaction_state` and queues the markers of every
@@ -120,6 +129,7 @@ impl TxnCoordinator {
             jobs_rx: Mutex::new(Some(rx)),
             leadership: OnceLock::new(),
             loading: AtomicBool::new(false),
+            settled: Notify::new(),
         };
         if let Some(l) = leadership {
             c.set_leadership(l);
@@ -239,6 +249,7 @@ impl TxnCoordinator {
         };
         let durable = self.store.durable(end).await;
         let mut txns = self.txns.lock();
+        self.settled.notify_waiters();
         match durable {
             Ok(()) if next.state == TxnState::Dead => {
                 txns.remove(id);
@@ -316,8 +327,34 @@ impl TxnCoordinator {
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: adds partitions to the open
-    /// transaction (starting it), durably.
+    /// transaction (starting it), durably. While the previous transaction is
+    /// still being completed this waits for it, up to `CONCURRENT_WAIT`.
     pub async fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), TxnError> {
+        let deadline = tokio::time::Instant::now() + CONCURRENT_WAIT;
+        loop {
+            // Registered before the state is read, so no change is missed.
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            match self
+                .try_add_partitions(id, producer_id, producer_epoch, partitions)
+                .await
+            {
+                Err(TxnError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
+                    let _ = tokio::time::timeout_at(deadline, settled).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn try_add_partitions(
         &self,
         id: &str,
         producer_id: i64,
