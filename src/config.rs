@@ -226,6 +226,28 @@ pub struct BrokerConfig {
     /// group as `strata compact` workers.
     #[arg(long, env = "STRATA_COMPACTION_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub compaction_worker: bool,
+
+    /// Authorize every request with ACLs (Kafka's `authorizer.class.name`):
+    /// `acl`. Without it every request is allowed.
+    #[arg(long, env = "STRATA_AUTHORIZER", value_enum)]
+    pub authorizer: Option<AuthorizerKind>,
+
+    /// Principals allowed everything, `;`-separated (`super.users`), e.g.
+    /// `User:admin;User:ops`.
+    #[arg(long, env = "STRATA_SUPER_USERS", default_value = "")]
+    pub super_users: String,
+
+    /// Allow a request on a resource that no ACL names
+    /// (`allow.everyone.if.no.acl.found`).
+    #[arg(long, env = "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_everyone_if_no_acl_found: bool,
+}
+
+/// `--authorizer`: which authorizer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthorizerKind {
+    /// Kafka's ACLs (Create/Describe/DeleteAcls), like `StandardAuthorizer`.
+    Acl,
 }
 
 /// Where sealed segments live; shared by `strata serve`, `strata compact`
@@ -291,6 +313,23 @@ impl BrokerConfig {
                 session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
                 assignors: self.group_consumer_assignors.0.clone(),
                 max_size: self.group_consumer_max_size as usize,
+            },
+        }
+    }
+
+    /// The authorizer's settings.
+    pub fn access(&self) -> crate::access::AccessSettings {
+        crate::access::AccessSettings {
+            authorizer: self.authorizer.is_some(),
+            acl: crate::access::acl::AuthorizerSettings {
+                super_users: self
+                    .super_users
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
             },
         }
     }

@@ -8,6 +8,8 @@
 //! Errors from the catalog and the log become Kafka error codes here and
 //! nowhere else.
 
+mod acls;
+mod authorize;
 mod configs;
 mod consumer_groups;
 mod dispatch;
@@ -23,6 +25,7 @@ mod partitions;
 mod produce;
 mod producer_id;
 mod quorum;
+mod quotas;
 mod topics;
 mod versions;
 
@@ -34,6 +37,7 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
+use crate::access::Access;
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::cluster::ClusterNode;
@@ -78,6 +82,28 @@ pub struct Broker {
     pub config: BrokerConfig,
     /// KIP-227 fetch sessions of this broker's consumers.
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
+    /// ACLs and client quotas, and whether an authorizer runs.
+    pub access: Arc<Access>,
+}
+
+/// How long a connection stays muted after a throttled response (KIP-219):
+/// the handlers extend it, the connection reads nothing until it passes.
+#[derive(Debug, Default)]
+pub struct Mute {
+    until_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Mute {
+    pub fn extend(&self, until_ms: u64) {
+        self.until_ms
+            .fetch_max(until_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How much longer the connection stays muted at `now_ms`.
+    pub fn remaining(&self, now_ms: u64) -> std::time::Duration {
+        let until = self.until_ms.load(std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_millis(until.saturating_sub(now_ms))
+    }
 }
 
 /// Whether this broker answers for a partition.
@@ -134,6 +160,7 @@ impl Broker {
         port: i32,
         clock: SharedClock,
         cluster: Option<Arc<ClusterNode>>,
+        access: Arc<Access>,
     ) -> Broker {
         Broker {
             catalog,
@@ -152,6 +179,7 @@ impl Broker {
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),
             ),
+            access,
         }
     }
 
@@ -161,6 +189,7 @@ impl Broker {
         frame: Bytes,
         client_host: &str,
         principal: &Principal,
+        mute: &Arc<Mute>,
     ) -> Result<Reply, FrameError> {
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
@@ -194,6 +223,7 @@ impl Broker {
             correlation_id: header.correlation_id,
             response_header_version: key.response_header_version(version),
             principal,
+            mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)
     }

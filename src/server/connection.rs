@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::frame::FrameReader;
-use crate::api::{Broker, Reply};
+use crate::api::{Broker, Mute, Reply};
 use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
@@ -22,6 +22,7 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
     let peer = stream.peer_addr().ok();
     let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     let principal = Principal::anonymous();
+    let mute = Arc::new(Mute::default());
     let _ = stream.set_nodelay(true);
     let (read_half, write_half) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
@@ -44,6 +45,11 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
 
     let mut frames = FrameReader::new(read_half, max_frame);
     loop {
+        // A throttled client's next request waits out its throttle (KIP-219).
+        let muted = mute.remaining(broker.clock.now_ms().max(0) as u64);
+        if !muted.is_zero() {
+            tokio::time::sleep(muted).await;
+        }
         let frame = match frames.next().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
@@ -52,7 +58,7 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
                 break;
             }
         };
-        match broker.handle_frame(frame, &client_host, &principal) {
+        match broker.handle_frame(frame, &client_host, &principal, &mute) {
             Ok(reply) => {
                 if tx.send(reply).await.is_err() {
                     break;

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::access::Access;
 use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
@@ -114,6 +115,14 @@ impl Server {
             })
             .await??
         };
+        // ACLs and quotas live where the topic catalog does: etcd or the store.
+        let access_backend: Box<dyn crate::access::Backend> = match &joined {
+            Some(j) => Box::new(crate::cluster::EtcdAccess::new(
+                j.node.member().etcd().clone(),
+            )),
+            None => Box::new(crate::access::StoreBackend::new(store.clone())),
+        };
+        let access = Arc::new(Access::open(config.access(), access_backend).await?);
         let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
         if let Some(j) = &joined {
             // Uploads, retention, orphan scans and merges: only what this broker serves.
@@ -142,6 +151,7 @@ impl Server {
             port,
             clock.clone(),
             joined.as_ref().map(|j| j.node.clone()),
+            access.clone(),
         ));
         let (stop, stop_rx) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
@@ -157,6 +167,9 @@ impl Server {
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
             tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
+        }
+        if joined.is_some() {
+            tokio::spawn(follow_access(access, stop_rx.clone()));
         }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
         tokio::spawn(log_store_requests(store_requests.clone(), stop_rx.clone()));
@@ -451,6 +464,21 @@ async fn run_coordinator_timers(
                 }
                 coordinator.tick(expire);
             }
+        }
+    }
+}
+
+/// Cluster mode: rereads the ACLs and quotas other brokers change.
+async fn follow_access(access: Arc<Access>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = access.refresh().await {
+                    tracing::warn!(error = %e, "rereading ACLs and quotas failed");
+                }
+            }
+            _ = stop.changed() => return,
         }
     }
 }
