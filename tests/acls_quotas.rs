@@ -327,3 +327,51 @@ async fn a_client_over_its_produce_quota_is_throttled_near_the_quota() {
         "{rate:.0} B/s against a quota of {QUOTA} B/s"
     );
 }
+
+async fn describe_all_acls(addr: std::net::SocketAddr) -> DescribeAclsResponse {
+    let mut raw = Raw::connect(addr).await;
+    raw.call(
+        ApiKey::DescribeAcls,
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_operation(1)
+            .with_permission_type(1),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_cluster_acls_and_quotas_set_on_one_broker_reach_the_others_through_etcd() {
+    let settings = common::cluster::Settings {
+        extra: AUTHORIZER.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let Some(cluster) = common::cluster::Cluster::start_with(&[1, 2], settings).await else {
+        eprintln!("etcd not installed; skipping");
+        return;
+    };
+    let one: std::net::SocketAddr = cluster.bootstrap_of(1).parse().unwrap();
+    let two: std::net::SocketAddr = cluster.bootstrap_of(2).parse().unwrap();
+    create_acls(one, vec![acl("shared", LITERAL, "User:ANONYMOUS", READ, DENY)]).await;
+    set_quota(two, "c9", "consumer_byte_rate", 4096.0).await;
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let acls = describe_all_acls(two).await;
+        let mut raw = Raw::connect(one).await;
+        let quotas: DescribeClientQuotasResponse = raw
+            .call(ApiKey::DescribeClientQuotas, 1, &DescribeClientQuotasRequest::default())
+            .await;
+        let quota_seen = quotas.entries.as_ref().is_some_and(|e| {
+            e.iter().any(|q| q.values.iter().any(|v| v.key.as_str() == "consumer_byte_rate" && v.value == 4096.0))
+        });
+        if acls.resources.len() == 1 && quota_seen {
+            assert_eq!(acls.resources[0].resource_name.as_str(), "shared");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not propagated: {acls:?} {quotas:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
