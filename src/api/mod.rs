@@ -152,6 +152,7 @@ impl Broker {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         catalog: Arc<Catalog>,
         coordinator: Arc<GroupCoordinator>,

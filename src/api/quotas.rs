@@ -98,7 +98,7 @@ pub fn describe_client_quotas(
             match (c.match_type, part) {
                 (_, None) => false,
                 // 0: exactly this name; 1: the default; 2: any.
-                (0, Some((_, name))) => name.as_deref() == c._match.as_ref().map(|m| &**m),
+                (0, Some((_, name))) => name.as_deref() == c._match.as_deref(),
                 (1, Some((_, name))) => name.is_none(),
                 (_, Some(_)) => true,
             }
@@ -139,6 +139,9 @@ pub fn describe_client_quotas(
     DescribeClientQuotasResponse::default().with_entries(Some(entries))
 }
 
+/// An entry's entity and its changes (`None` removes the key), or why it is refused.
+type Checked = Result<(QuotaEntity, Vec<(String, Option<f64>)>), (i16, String)>;
+
 pub fn alter_client_quotas(
     b: &Arc<Broker>,
     req: AlterClientQuotasRequest,
@@ -158,8 +161,7 @@ pub fn alter_client_quotas(
                 })
                 .collect()
         };
-        // Each entry's entity and changes, or why it is refused.
-        let checked: Vec<Result<(QuotaEntity, Vec<(String, Option<f64>)>), (i16, String)>> = req
+        let checked: Vec<Checked> = req
             .entries
             .iter()
             .map(|e| {
@@ -179,7 +181,8 @@ pub fn alter_client_quotas(
                     if !quota::KEYS.contains(&key.as_str()) {
                         return Err((INVALID_REQUEST, format!("Invalid configuration key {key}")));
                     }
-                    if !op.remove && !(op.value.is_finite() && op.value > 0.0) {
+                    let positive = op.value.is_finite() && op.value > 0.0;
+                    if !op.remove && !positive {
                         return Err((
                             INVALID_REQUEST,
                             format!("Illegal value {} for {key}: it must be positive", op.value),
