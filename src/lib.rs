@@ -24,6 +24,7 @@
 //! timeouts and retention can be tested without waiting for them.
 
 pub(crate) mod api;
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod cluster;

@@ -25,7 +25,7 @@ use crate::principal::Principal;
 
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
-    produce, producer_id, quorum, topics, versions, Broker, Reply,
+    produce, producer_id, quorum, scram_credentials, topics, versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -50,6 +50,9 @@ pub struct Ctx<'a> {
     /// Who sent the request, as authentication established it.
     #[allow(dead_code)] // read by authorization (issue 13), built next
     pub principal: &'a Principal,
+    /// The name of the listener the request came through: broker endpoints
+    /// in responses are that listener's.
+    pub listener: &'a str,
 }
 
 impl Ctx<'_> {
@@ -82,10 +85,10 @@ macro_rules! api {
 /// In the order ApiVersions lists them.
 #[rustfmt::skip]
 pub const APIS: &[Api] = &[
-    api!(ProduceRequest, 3..=12, later_or_silent(|b, r, cx| leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version))),
-    api!(FetchRequest, 4..=17, later(|b, r, cx| leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version))),
+    api!(ProduceRequest, 3..=12, later_or_silent(|b, r, cx| leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version, cx.listener))),
+    api!(FetchRequest, 4..=17, later(|b, r, cx| leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version, cx.listener))),
     api!(ListOffsetsRequest, 1..=10, later(|b, r, cx| offsets::list_offsets(b.clone(), r, cx.version))),
-    api!(MetadataRequest, 0..=13, ready(|b, r, cx| metadata::metadata(b, r, cx.version))),
+    api!(MetadataRequest, 0..=13, ready(|b, r, cx| metadata::metadata(b, r, cx.version, cx.listener))),
     api!(ApiVersionsRequest, 0..=4, ready(|_, _, _| versions::response())),
     api!(CreateTopicsRequest, 2..=7, later(|b, r, cx| topics::create_topics(b.clone(), r, cx.version))),
     api!(DeleteTopicsRequest, 1..=6, later(|b, r, cx| topics::delete_topics(b.clone(), r, cx.version))),
@@ -96,8 +99,8 @@ pub const APIS: &[Api] = &[
     api!(AlterConfigsRequest, 0..=2, later(|b, r, _| configs::alter_configs(b.clone(), r))),
     api!(CreatePartitionsRequest, 0..=3, later(|b, r, _| topics::create_partitions(b.clone(), r))),
     api!(IncrementalAlterConfigsRequest, 0..=1, later(|b, r, _| configs::incremental_alter_configs(b.clone(), r))),
-    api!(DescribeClusterRequest, 0..=1, ready(|b, r, cx| metadata::describe_cluster(b, r, cx.version))),
-    api!(FindCoordinatorRequest, 0..=6, ready(|b, r, cx| groups::find_coordinator(b, r, cx.version))),
+    api!(DescribeClusterRequest, 0..=1, ready(|b, r, cx| metadata::describe_cluster(b, r, cx.version, cx.listener))),
+    api!(FindCoordinatorRequest, 0..=6, ready(|b, r, cx| groups::find_coordinator(b, r, cx.version, cx.listener))),
     api!(JoinGroupRequest, 0..=9, later(|b, r, cx| groups::join_group(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(SyncGroupRequest, 0..=5, later(|b, r, cx| groups::sync_group(b.clone(), r, cx.version))),
     api!(HeartbeatRequest, 0..=4, ready(|b, r, _| groups::heartbeat(b, r))),
@@ -116,6 +119,11 @@ pub const APIS: &[Api] = &[
     api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, _| partitions::describe_topic_partitions(b, r))),
     api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| consumer_groups::consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), format!("/{}", cx.client_host)))),
     api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| consumer_groups::consumer_group_describe(b, r, cx.version))),
+    // Reached only where the connection does not authenticate (see server::connection).
+    api!(SaslHandshakeRequest, 0..=1, ready(|_, _, _| scram_credentials::sasl_handshake_out_of_place())),
+    api!(SaslAuthenticateRequest, 0..=2, ready(|_, _, _| scram_credentials::sasl_authenticate_out_of_place())),
+    api!(DescribeUserScramCredentialsRequest, 0..=0, later(|b, r, _| scram_credentials::describe(b.clone(), r))),
+    api!(AlterUserScramCredentialsRequest, 0..=0, later(|b, r, _| scram_credentials::alter(b.clone(), r))),
 ];
 
 /// The entry serving `key` at `version`, if any.
