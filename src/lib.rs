@@ -25,6 +25,7 @@
 
 pub mod access;
 pub(crate) mod api;
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod cluster;

@@ -29,6 +29,9 @@
 #                       configs, a 200-partition consumer on fetch sessions
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
+#   AclsQuotasTest      kafka-acls add/list/remove, a topic without READ refused and hidden, kafka-configs client
+#                       quotas, on a private broker with --authorizer acl
+#   AclsSaslTest        ACLs for SASL PLAIN principals (super user admin, user alice) on a private SASL broker
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
 # timeout, consumer-protocol heartbeats every 500 ms and 3 s sessions) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).

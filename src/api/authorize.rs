@@ -271,13 +271,13 @@ pub fn metadata(b: &Broker, cx: &Ctx<'_>, mut req: MetadataRequest) -> MetadataR
         }
         if kept.is_empty() && cx.version == 0 {
             // v0 reads an empty list as every topic.
-            let mut resp = super::metadata::metadata(b, req, cx.version);
+            let mut resp = super::metadata::metadata(b, req, cx.version, cx.listener);
             resp.topics = answered;
             return resp;
         }
         req.topics = Some(kept);
     }
-    let mut resp = super::metadata::metadata(b, req, cx.version);
+    let mut resp = super::metadata::metadata(b, req, cx.version, cx.listener);
     if listing {
         resp.topics.retain(|t| {
             t.name

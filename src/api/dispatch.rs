@@ -27,8 +27,8 @@ use crate::principal::Principal;
 
 use super::{
     acls, authorize as az, configs, consumer_groups, fetch, groups, leader_hints, log_dirs,
-    metadata, offsets, partitions, produce, producer_id, quorum, quotas, topics, versions, Broker,
-    Reply,
+    metadata, offsets, partitions, produce, producer_id, quorum, quotas, scram_credentials, topics,
+    versions, Broker, Reply,
 };
 
 pub struct Api {
@@ -52,6 +52,9 @@ pub struct Ctx<'a> {
     pub response_header_version: i16,
     /// Who sent the request, as authentication established it.
     pub principal: &'a Principal,
+    /// The name of the listener the request came through: broker endpoints
+    /// in responses are that listener's.
+    pub listener: &'a str,
     /// The connection's mute, which a throttled response extends.
     pub mute: &'a Arc<super::Mute>,
 }
@@ -100,8 +103,8 @@ pub const APIS: &[Api] = &[
     api!(AlterConfigsRequest, 0..=2, later(|b, r, cx| { let (r, denied) = az::alter_configs(b, cx, r); let f = configs::alter_configs(b.clone(), r); async move { let mut resp = f.await; resp.responses.extend(denied); resp } })),
     api!(CreatePartitionsRequest, 0..=3, later(|b, r, cx| { let (r, denied) = az::create_partitions(b, cx, r); let f = topics::create_partitions(b.clone(), r); async move { let mut resp = f.await; resp.results.extend(denied); resp } })),
     api!(IncrementalAlterConfigsRequest, 0..=1, later(|b, r, cx| { let (r, denied) = az::incremental_alter_configs(b, cx, r); let f = configs::incremental_alter_configs(b.clone(), r); async move { let mut resp = f.await; resp.responses.extend(denied); resp } })),
-    api!(DescribeClusterRequest, 0..=1, ready(|b, r, cx| if b.on_cluster(cx, Operation::Describe) { metadata::describe_cluster(b, r, cx.version) } else { DescribeClusterResponse::default().with_error_code(az::CLUSTER_DENIED) })),
-    api!(FindCoordinatorRequest, 0..=6, ready(|b, r, cx| { let (kt, key) = (r.key_type, r.key.to_string()); let mut resp = groups::find_coordinator(b, r, cx.version); az::find_coordinator_filter(b, cx, kt, &mut resp, &key); resp })),
+    api!(DescribeClusterRequest, 0..=1, ready(|b, r, cx| if b.on_cluster(cx, Operation::Describe) { metadata::describe_cluster(b, r, cx.version, cx.listener) } else { DescribeClusterResponse::default().with_error_code(az::CLUSTER_DENIED) })),
+    api!(FindCoordinatorRequest, 0..=6, ready(|b, r, cx| { let (kt, key) = (r.key_type, r.key.to_string()); let mut resp = groups::find_coordinator(b, r, cx.version, cx.listener); az::find_coordinator_filter(b, cx, kt, &mut resp, &key); resp })),
     api!(JoinGroupRequest, 0..=9, later(|b, r, cx| az::or_deny(b.on_group(cx, Operation::Read, &r.group_id), || JoinGroupResponse::default().with_error_code(az::GROUP_DENIED).with_generation_id(-1), || groups::join_group(b.clone(), r.clone(), cx.version, cx.client_id(), format!("/{}", cx.client_host))))),
     api!(SyncGroupRequest, 0..=5, later(|b, r, cx| az::or_deny(b.on_group(cx, Operation::Read, &r.group_id), || SyncGroupResponse::default().with_error_code(az::GROUP_DENIED), || groups::sync_group(b.clone(), r.clone(), cx.version)))),
     api!(HeartbeatRequest, 0..=4, ready(|b, r, cx| if b.on_group(cx, Operation::Read, &r.group_id) { groups::heartbeat(b, r) } else { HeartbeatResponse::default().with_error_code(az::GROUP_DENIED) })),
@@ -125,6 +128,11 @@ pub const APIS: &[Api] = &[
     api!(DescribeTopicPartitionsRequest, 0..=0, ready(|b, r, cx| { let mut resp = partitions::describe_topic_partitions(b, r); for t in &mut resp.topics { if t.name.as_ref().is_some_and(|n| !b.on_topic(cx, Operation::Describe, n)) { t.partitions.clear(); t.error_code = az::TOPIC_DENIED; } } resp })),
     api!(ConsumerGroupHeartbeatRequest, 0..=1, later(|b, r, cx| az::or_deny(b.on_group(cx, Operation::Read, &r.group_id), || ConsumerGroupHeartbeatResponse::default().with_error_code(az::GROUP_DENIED), || consumer_groups::consumer_group_heartbeat(b.clone(), r.clone(), cx.version, cx.client_id(), format!("/{}", cx.client_host))))),
     api!(ConsumerGroupDescribeRequest, 0..=1, ready(|b, r, cx| { let (r, denied) = az::consumer_group_describe(b, cx, r); let mut resp = consumer_groups::consumer_group_describe(b, r, cx.version); resp.groups.extend(denied); resp })),
+    // Reached only where the connection does not authenticate (see server::connection).
+    api!(SaslHandshakeRequest, 0..=1, ready(|_, _, _| scram_credentials::sasl_handshake_out_of_place())),
+    api!(SaslAuthenticateRequest, 0..=2, ready(|_, _, _| scram_credentials::sasl_authenticate_out_of_place())),
+    api!(DescribeUserScramCredentialsRequest, 0..=0, later(|b, r, cx| az::or_deny(b.on_cluster(cx, Operation::Describe), || DescribeUserScramCredentialsResponse::default().with_error_code(az::CLUSTER_DENIED), || scram_credentials::describe(b.clone(), r.clone())))),
+    api!(AlterUserScramCredentialsRequest, 0..=0, later(|b, r, cx| az::or_deny(b.on_cluster(cx, Operation::Alter), || AlterUserScramCredentialsResponse::default().with_results(r.deletions.iter().map(|d| &d.name).chain(r.upsertions.iter().map(|u| &u.name)).map(|n| alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default().with_user(n.clone()).with_error_code(az::CLUSTER_DENIED)).collect()), || scram_credentials::alter(b.clone(), r.clone())))),
 ];
 
 /// Produce: WRITE on each topic; then the produce quota.
@@ -142,7 +150,12 @@ fn produce(
         Direction::Produce,
         az::produce_bytes(&r),
     );
-    let pending = leader_hints::produce(b, produce::produce(b, r, cx.version), cx.version);
+    let pending = leader_hints::produce(
+        b,
+        produce::produce(b, r, cx.version),
+        cx.version,
+        cx.listener,
+    );
     async move {
         let mut resp = pending.await?;
         resp.responses.extend(denied);
@@ -158,7 +171,12 @@ fn fetch(
     cx: &Ctx<'_>,
 ) -> impl Future<Output = FetchResponse> + Send + 'static {
     let (r, denied) = az::fetch(b, cx, r);
-    let pending = leader_hints::fetch(b, fetch::fetch(b.clone(), r, cx.version), cx.version);
+    let pending = leader_hints::fetch(
+        b,
+        fetch::fetch(b.clone(), r, cx.version),
+        cx.version,
+        cx.listener,
+    );
     let (b, principal, client_id, mute) = (
         b.clone(),
         cx.principal.clone(),

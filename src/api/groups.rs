@@ -76,13 +76,15 @@ fn opt(v: &Option<StrBytes>) -> Option<String> {
 
 /// Every group's coordinator: this broker alone, or in cluster mode the
 /// leader of the offsets topic's partition (it has one), as in Kafka.
-fn group_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
-    let Some(cluster) = &broker.cluster else {
-        return Some((broker.node_id, broker.host.clone(), broker.port));
+fn group_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
+    let leader = match &broker.cluster {
+        None => broker.node_id,
+        Some(cluster) => {
+            let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
+            cluster.leader_of(offsets.id(), 0)?.0
+        }
     };
-    let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
-    let (leader, _) = cluster.leader_of(offsets.id(), 0)?;
-    super::metadata::brokers(broker)
+    super::metadata::brokers(broker, Some(listener))
         .into_iter()
         .find(|(id, _, _)| *id == leader)
 }
@@ -91,6 +93,7 @@ pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let answer = |key: &StrBytes| {
         let c = Coordinator::default().with_key(key.clone());
@@ -101,7 +104,7 @@ pub fn find_coordinator(
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
-        match group_coordinator(broker) {
+        match group_coordinator(broker, listener) {
             Some((node, host, port)) => c
                 .with_node_id(BrokerId(node))
                 .with_host(s(&host))

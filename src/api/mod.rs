@@ -26,6 +26,7 @@ mod produce;
 mod producer_id;
 mod quorum;
 mod quotas;
+mod scram_credentials;
 mod topics;
 mod versions;
 
@@ -44,7 +45,8 @@ use crate::cluster::ClusterNode;
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
-use dispatch::{Ctx, Encoder};
+use dispatch::Ctx;
+pub use dispatch::Encoder;
 
 /// An encoded response frame (length prefix included); empty when the
 /// protocol sends no response (produce with acks=0); `None` when the response
@@ -80,6 +82,10 @@ pub struct Broker {
     pub cluster: Option<Arc<ClusterNode>>,
     /// The settings it runs with, which broker DescribeConfigs reports.
     pub config: BrokerConfig,
+    /// Every listener's advertised endpoint, the first one's is `host:port`.
+    pub endpoints: Vec<crate::cluster::Endpoint>,
+    /// SCRAM credentials (SASL PLAIN checks them too).
+    pub credentials: Arc<crate::auth::credentials::Credentials>,
     /// KIP-227 fetch sessions of this broker's consumers.
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
     /// ACLs and client quotas, and whether an authorizer runs.
@@ -162,6 +168,8 @@ impl Broker {
         clock: SharedClock,
         cluster: Option<Arc<ClusterNode>>,
         access: Arc<Access>,
+        endpoints: Vec<crate::cluster::Endpoint>,
+        credentials: Arc<crate::auth::credentials::Credentials>,
     ) -> Broker {
         Broker {
             catalog,
@@ -176,6 +184,8 @@ impl Broker {
             clock,
             cluster,
             config: config.clone(),
+            endpoints,
+            credentials,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),
@@ -190,6 +200,7 @@ impl Broker {
         frame: Bytes,
         client_host: &str,
         principal: &Principal,
+        listener: &str,
         mute: &Arc<Mute>,
     ) -> Result<Reply, FrameError> {
         if frame.len() < 8 {
@@ -224,6 +235,7 @@ impl Broker {
             correlation_id: header.correlation_id,
             response_header_version: key.response_header_version(version),
             principal,
+            listener,
             mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)

@@ -74,7 +74,7 @@ pub use assignment::{plan, Assignment, PartitionLeader, ReleaseAck, TopicAssignm
 pub use controller::{Controller, Term};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, Keys};
-pub use member::{BrokerInfo, LeaseClock, LeaseState, Member, MemberOptions};
+pub use member::{BrokerInfo, Endpoint, LeaseClock, LeaseState, Member, MemberOptions};
 pub use node::ClusterNode;
 pub use producer_ids::ProducerIdBlocks;
 pub use state::{ClusterState, LedPartition, Release, Versioned};
