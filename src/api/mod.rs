@@ -86,6 +86,13 @@ pub struct Broker {
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
 }
 
+/// How clients reach this broker and prove who they are.
+pub struct Access {
+    /// Every listener's advertised endpoint, the first one's is `host:port`.
+    pub endpoints: Vec<crate::cluster::Endpoint>,
+    pub credentials: Arc<crate::auth::credentials::Credentials>,
+}
+
 /// Whether this broker answers for a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -136,13 +143,15 @@ impl Broker {
         catalog: Arc<Catalog>,
         coordinator: Arc<GroupCoordinator>,
         config: &BrokerConfig,
-        host: String,
-        port: i32,
         clock: SharedClock,
         cluster: Option<Arc<ClusterNode>>,
-        endpoints: Vec<crate::cluster::Endpoint>,
-        credentials: Arc<crate::auth::credentials::Credentials>,
+        access: Access,
     ) -> Broker {
+        let (host, port) = access
+            .endpoints
+            .first()
+            .map(|e| (e.host.clone(), e.port as i32))
+            .unwrap_or_default();
         Broker {
             catalog,
             coordinator,
@@ -156,8 +165,8 @@ impl Broker {
             clock,
             cluster,
             config: config.clone(),
-            endpoints,
-            credentials,
+            endpoints: access.endpoints,
+            credentials: access.credentials,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),

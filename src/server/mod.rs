@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use anyhow::Context;
 
-use crate::api::Broker;
+use crate::api::{Access, Broker};
 use crate::auth::{
     self,
     credentials::{Change, Credentials},
@@ -197,12 +197,12 @@ impl Server {
             catalog,
             coordinator.clone(),
             &config,
-            host.clone(),
-            port,
             clock.clone(),
             joined.as_ref().map(|j| j.node.clone()),
-            endpoints.clone(),
-            credentials.clone(),
+            Access {
+                endpoints: endpoints.clone(),
+                credentials: credentials.clone(),
+            },
         ));
         let (stop, stop_rx) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
