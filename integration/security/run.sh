@@ -298,7 +298,7 @@ topics_cli_refused() { # PROPS PORT REGEX
 check "kafka-topics.sh with a wrong password: SaslAuthenticationException" topics_cli_refused \
   "$WORK/alice-wrong.properties" "$P_SASL_SSL" 'SaslAuthenticationException|Authentication failed'
 check "kafka-topics.sh with an untrusted certificate refused" topics_cli_refused \
-  "$WORK/rogue.properties" "$P_SSL" 'SslAuthenticationException|SSL handshake failed|Timed out|TimeoutException'
+  "$WORK/rogue.properties" "$P_SSL" 'SslAuthenticationException|SSL handshake failed|Failed to process post-handshake messages'
 
 java_console() {
   local t="java-console-$$"

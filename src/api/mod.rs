@@ -123,6 +123,13 @@ impl Mute {
     }
 }
 
+/// How clients reach this broker and prove who they are.
+pub struct Listeners {
+    /// Every listener's advertised endpoint, the first one's is `host:port`.
+    pub endpoints: Vec<crate::cluster::Endpoint>,
+    pub credentials: Arc<crate::auth::credentials::Credentials>,
+}
+
 /// Whether this broker answers for a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -175,14 +182,16 @@ impl Broker {
         coordinator: Arc<GroupCoordinator>,
         txn: Arc<TxnCoordinator>,
         config: &BrokerConfig,
-        host: String,
-        port: i32,
         clock: SharedClock,
         cluster: Option<Arc<ClusterNode>>,
         access: Arc<Access>,
-        endpoints: Vec<crate::cluster::Endpoint>,
-        credentials: Arc<crate::auth::credentials::Credentials>,
+        listeners: Listeners,
     ) -> Broker {
+        let (host, port) = listeners
+            .endpoints
+            .first()
+            .map(|e| (e.host.clone(), e.port as i32))
+            .unwrap_or_default();
         Broker {
             catalog,
             coordinator,
@@ -197,8 +206,8 @@ impl Broker {
             clock,
             cluster,
             config: config.clone(),
-            endpoints,
-            credentials,
+            endpoints: listeners.endpoints,
+            credentials: listeners.credentials,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),

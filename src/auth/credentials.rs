@@ -43,7 +43,7 @@ pub struct Credentials {
 enum Backend {
     Store(Arc<dyn ObjectStore>),
     Etcd {
-        client: etcd_client::Client,
+        client: Box<etcd_client::Client>,
         prefix: String,
     },
 }
@@ -73,7 +73,7 @@ impl Credentials {
     pub fn open_etcd(client: etcd_client::Client, root: &str) -> Credentials {
         Credentials {
             backend: Backend::Etcd {
-                client,
+                client: Box::new(client),
                 prefix: format!("{root}scram/"),
             },
             cache: RwLock::new(BTreeMap::new()),
@@ -86,7 +86,7 @@ impl Credentials {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().get(name).cloned().unwrap_or_default()),
             Backend::Etcd { client, prefix } => {
-                let mut client = client.clone();
+                let mut client = (**client).clone();
                 let key = format!("{prefix}{name}");
                 let got = tokio::time::timeout(ETCD_TIMEOUT, client.get(key, None))
                     .await
@@ -105,7 +105,7 @@ impl Credentials {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().clone()),
             Backend::Etcd { client, prefix } => {
-                let mut client = client.clone();
+                let mut client = (**client).clone();
                 let opts = etcd_client::GetOptions::new().with_prefix();
                 let got =
                     tokio::time::timeout(ETCD_TIMEOUT, client.get(prefix.as_str(), Some(opts)))
@@ -177,7 +177,7 @@ impl Credentials {
                         ops.push(etcd_client::TxnOp::put(key, json, None));
                     }
                 }
-                let mut client = client.clone();
+                let mut client = (**client).clone();
                 let txn = etcd_client::Txn::new().and_then(ops);
                 tokio::time::timeout(ETCD_TIMEOUT, client.txn(txn))
                     .await

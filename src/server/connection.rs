@@ -243,7 +243,9 @@ async fn serve<R, W>(
             None
         };
         if let Some(p) = &authenticated {
-            principal = p.clone();
+            if *p != principal {
+                principal = p.clone();
+            }
         }
         let (reply, close) = match reply {
             Some(r) => r,

@@ -20,7 +20,7 @@ use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
 use anyhow::Context;
 
-use crate::api::Broker;
+use crate::api::{Broker, Listeners};
 use crate::auth::{
     self,
     credentials::{Change, Credentials},
@@ -252,13 +252,13 @@ impl Server {
             coordinator.clone(),
             txn.clone(),
             &config,
-            host.clone(),
-            port,
             clock.clone(),
             joined.as_ref().map(|j| j.node.clone()),
             access.clone(),
-            endpoints.clone(),
-            credentials.clone(),
+            Listeners {
+                endpoints: endpoints.clone(),
+                credentials: credentials.clone(),
+            },
         );
         let request_metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
         broker.metrics = request_metrics.clone();
