@@ -18,7 +18,14 @@ use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
 
-pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
+/// `idle`: connections.max.idle.ms; a connection that sends no complete
+/// request for that long is closed.
+pub async fn serve(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    max_frame: usize,
+    idle: Option<std::time::Duration>,
+) {
     let peer = stream.peer_addr().ok();
     let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     let principal = Principal::anonymous();
@@ -44,7 +51,17 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
 
     let mut frames = FrameReader::new(read_half, max_frame);
     loop {
-        let frame = match frames.next().await {
+        let next = match idle {
+            Some(idle) => match tokio::time::timeout(idle, frames.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::info!(?peer, "closing idle connection (connections.max.idle.ms)");
+                    break;
+                }
+            },
+            None => frames.next().await,
+        };
+        let frame = match next {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

@@ -4,6 +4,7 @@
 mod cluster;
 mod connection;
 pub mod frame;
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -203,6 +204,7 @@ impl Server {
             listener,
             broker.clone(),
             config.max_request_bytes,
+            limits::ConnectionLimits::from_config(&config),
             stop_rx,
         ));
         tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
@@ -277,14 +279,24 @@ async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
     max_frame: usize,
+    limits: Arc<limits::ConnectionLimits>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(connection::serve(stream, broker.clone(), max_frame));
+            // At max.connections nothing is accepted until a slot frees.
+            accepted = async { limits.wait_for_slot().await; listener.accept().await } => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(permit) = limits.admit(peer.ip()) else {
+                        tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
+                        continue;
+                    };
+                    let (broker, idle) = (broker.clone(), limits.idle());
+                    tokio::spawn(async move {
+                        connection::serve(stream, broker, max_frame, idle).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
