@@ -192,7 +192,12 @@ pub struct BrokerConfig {
 
     /// A connection that sends no request for this long is closed
     /// (connections.max.idle.ms); 0 or less keeps idle connections.
-    #[arg(long, env = "STRATA_CONNECTIONS_MAX_IDLE_MS", default_value_t = 600_000, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        env = "STRATA_CONNECTIONS_MAX_IDLE_MS",
+        default_value_t = 600_000,
+        allow_negative_numbers = true
+    )]
     pub connections_max_idle_ms: i64,
 
     /// Log filter (error, warn, info, debug, trace or a tracing directive).

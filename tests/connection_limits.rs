@@ -34,7 +34,10 @@ async fn a_connection_over_the_per_ip_limit_is_closed_at_accept() {
     assert_eq!(api_versions(&mut a).await, 0);
     assert_eq!(api_versions(&mut b).await, 0);
     let mut c = Raw::connect(broker.addr()).await;
-    assert!(c.is_closed().await, "a third connection from 127.0.0.1 is closed");
+    assert!(
+        c.is_closed().await,
+        "a third connection from 127.0.0.1 is closed"
+    );
     // The first two are unharmed, and a freed slot is usable again.
     assert_eq!(api_versions(&mut a).await, 0);
     drop(b);
@@ -80,7 +83,10 @@ async fn an_idle_connection_is_closed_and_a_busy_one_is_not() {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(api_versions(&mut busy).await, 0);
     }
-    assert!(idle.is_closed().await, "silent for 1.2 s with a 400 ms limit");
+    assert!(
+        idle.is_closed().await,
+        "silent for 1.2 s with a 400 ms limit"
+    );
     // Half a frame is not activity: a slow-loris client is closed too.
     let mut slow = Raw::connect(broker.addr()).await;
     slow.send_bytes(&[0, 0, 0, 50, 0, 18]).await;

@@ -55,6 +55,13 @@ static ALLOCATOR: Counting = Counting;
 
 const MIB: usize = 1 << 20;
 
+/// The allocation bound is process-wide: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn count_panics() {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
@@ -247,6 +254,7 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn random_frames_for_every_advertised_api_harm_nothing() {
+    let _serial = serial();
     let broker = Broker::start(&["--num-partitions", "1"]);
     let apis = advertised(broker.addr());
     assert!(apis.len() > 100, "{} api versions", apis.len());
@@ -283,6 +291,7 @@ fn random_frames_for_every_advertised_api_harm_nothing() {
 
 #[test]
 fn a_huge_array_count_in_a_tiny_frame_is_refused_without_allocating_it() {
+    let _serial = serial();
     let broker = Broker::start(&[]);
     LARGEST.store(0, Ordering::SeqCst);
     // Metadata v0 whose topic array claims 54 million entries in 5 bytes.
@@ -291,7 +300,10 @@ fn a_huge_array_count_in_a_tiny_frame_is_refused_without_allocating_it() {
         &frame(ApiKey::Metadata, 0, &[0x03, 0x3c, 0x0c, 0x00, 0xb6]),
         Duration::from_secs(5),
     );
-    assert!(answer.is_none(), "a malformed request closes the connection");
+    assert!(
+        answer.is_none(),
+        "a malformed request closes the connection"
+    );
     // A compact array (v9+) claiming 2^28 entries.
     exchange(
         broker.addr(),
@@ -323,7 +335,9 @@ fn create_topic_frame(topic: &str, compression: &str) -> Vec<u8> {
             .with_replication_factor(1)
             .with_configs(vec![CreatableTopicConfig::default()
                 .with_name(StrBytes::from_static_str("compression.type"))
-                .with_value(Some(StrBytes::from_string(compression.to_string())))])]);
+                .with_value(Some(StrBytes::from_string(
+                    compression.to_string(),
+                )))])]);
     frame(ApiKey::CreateTopics, 7, &encode(&req, 7))
 }
 
@@ -380,12 +394,22 @@ fn batch_with_area(codec: i16, records: i32, area: &[u8]) -> Bytes {
 
 #[test]
 fn mutated_batches_in_every_codec_get_an_error_code_and_harm_nothing() {
+    let _serial = serial();
     let broker = Broker::start(&[]);
     let addr = broker.addr();
     // Topics whose compression.type differs from the producer's make the
     // broker decompress and walk every record.
-    for (topic, codec) in [("t-zstd", "zstd"), ("t-none", "uncompressed"), ("t-gzip", "gzip")] {
-        exchange(addr, &create_topic_frame(topic, codec), Duration::from_secs(10)).unwrap();
+    for (topic, codec) in [
+        ("t-zstd", "zstd"),
+        ("t-none", "uncompressed"),
+        ("t-gzip", "gzip"),
+    ] {
+        exchange(
+            addr,
+            &create_topic_frame(topic, codec),
+            Duration::from_secs(10),
+        )
+        .unwrap();
     }
     let seeds: Vec<Bytes> = [
         Compression::None,
@@ -451,9 +475,15 @@ fn mutated_batches_in_every_codec_get_an_error_code_and_harm_nothing() {
 
 #[test]
 fn decompression_bombs_and_lying_snappy_lengths_are_refused() {
+    let _serial = serial();
     let broker = Broker::start(&[]);
     let addr = broker.addr();
-    exchange(addr, &create_topic_frame("t-bomb", "uncompressed"), Duration::from_secs(10)).unwrap();
+    exchange(
+        addr,
+        &create_topic_frame("t-bomb", "uncompressed"),
+        Duration::from_secs(10),
+    )
+    .unwrap();
     // 512 MiB of zeros, four times the cap, in a few hundred kilobytes.
     let gib = 512 * MIB;
     let zeros = vec![0u8; 4 * MIB];
@@ -495,4 +525,243 @@ fn decompression_bombs_and_lying_snappy_lengths_are_refused() {
         kafka_protocol::compression::MAX_DECOMPRESSED_BYTES + MIB,
         "bombs",
     );
+}
+
+/// Flips, cuts and extends `seed` as the strategy's values say.
+fn mutate(
+    seed: &[u8],
+    flips: Vec<(prop::sample::Index, u8)>,
+    cut: Option<prop::sample::Index>,
+    tail: &[u8],
+) -> Vec<u8> {
+    let mut b = seed.to_vec();
+    if !b.is_empty() {
+        for (at, x) in flips {
+            let i = at.index(b.len());
+            b[i] ^= x | 1;
+        }
+        if let Some(cut) = cut {
+            b.truncate(cut.index(b.len()));
+        }
+    }
+    b.extend_from_slice(tail);
+    b
+}
+
+fn mutation() -> impl Strategy<
+    Value = (
+        Vec<(prop::sample::Index, u8)>,
+        Option<prop::sample::Index>,
+        Vec<u8>,
+    ),
+> {
+    (
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        prop::option::of(any::<prop::sample::Index>()),
+        proptest::collection::vec(any::<u8>(), 0..8),
+    )
+}
+
+/// The stored formats, as a corrupt disk or a hostile object store would
+/// hand them back: WAL objects, key indexes, manifests, producer snapshots,
+/// record batches (through kafka-protocol's decoder and the compaction's
+/// record walk, every codec). Each decoder returns an error or a value.
+#[test]
+fn mutated_stored_formats_decode_to_errors_without_panics_or_large_allocations() {
+    use strata::format::key_index::{KeyEntry, KeyIndexReader, KeyIndexWriter, ProducerLast};
+    use strata::format::wal::{self, WalBuilder, WalHeader};
+    let _serial = serial();
+    count_panics();
+
+    let batch = codec_batch(Compression::None, 5);
+    let mut w = WalBuilder::default();
+    w.push(
+        uuid::Uuid::from_u128(1),
+        0,
+        3,
+        0,
+        4,
+        &batch[..61],
+        &batch[61..],
+    );
+    w.push(
+        uuid::Uuid::from_u128(2),
+        1,
+        3,
+        10,
+        14,
+        &batch[..61],
+        &batch[61..],
+    );
+    let wal_object = w
+        .finish(WalHeader {
+            node_id: 1,
+            nonce: 2,
+            seq: 3,
+        })
+        .to_vec();
+    let mut index = KeyIndexWriter::new(
+        Vec::new(),
+        100,
+        &[ProducerLast {
+            producer_id: 7,
+            batch_base_offset: 100,
+        }],
+    )
+    .unwrap();
+    for i in 0..20u128 {
+        index
+            .push(&KeyEntry {
+                hash: i * 1_000_003,
+                offset: 100 + i as i64,
+                timestamp: 5,
+                max_version_timestamp: 5,
+                tombstone: i % 3 == 0,
+            })
+            .unwrap();
+    }
+    let index = index.finish().unwrap();
+    let manifest = serde_json::to_vec(&strata::manifest::Manifest::empty(
+        strata::manifest::WriterEpoch::new(1),
+    ))
+    .unwrap();
+    let snapshot = strata::log::producer_state::ProducerStates::default()
+        .snapshot(42, &Default::default())
+        .unwrap();
+    let batches: Vec<Bytes> = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .map(|c| codec_batch(c, 30))
+    .collect();
+
+    LARGEST.store(0, Ordering::SeqCst);
+    let mut runner = runner(2000, 4);
+    runner
+        .run(&(0..9usize, mutation()), |(which, (flips, cut, tail))| {
+            match which {
+                0 => {
+                    let b = mutate(&wal_object, flips, cut, &tail);
+                    if let Ok(o) = wal::decode(Bytes::from(b)) {
+                        for e in o.entries.clone().unwrap_or_default() {
+                            let _ = o.batches_of(&e);
+                        }
+                    }
+                }
+                1 => {
+                    let b = mutate(&index, flips, cut, &tail);
+                    if let Ok(mut r) = KeyIndexReader::new(&b[..]) {
+                        let _ = r.read_all();
+                    }
+                }
+                2 => {
+                    let b = mutate(&manifest, flips, cut, &tail);
+                    let _ = serde_json::from_slice::<strata::manifest::Manifest>(&b);
+                }
+                3 => {
+                    let b = mutate(&snapshot, flips, cut, &tail);
+                    let _ = strata::log::producer_state::ProducerStates::from_snapshot(&b);
+                }
+                n => {
+                    let mut b = mutate(&batches[n - 4], flips, cut, &tail);
+                    fix_crc(&mut b);
+                    let _ = kafka_protocol::records::RecordBatchDecoder::decode(&mut Bytes::from(
+                        b.clone(),
+                    ));
+                    if let Ok(Some(h)) = strata::format::batch::BatchHeader::parse(&b) {
+                        if b.len() >= 61 {
+                            let codec = h.attributes & strata::format::batch::CODEC_MASK;
+                            if let Ok(area) = strata::format::records::decompress(codec, &b[61..]) {
+                                let _ =
+                                    strata::format::records::walk(&area, h.record_count, |_| {});
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a decoder panicked");
+    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(largest <= 4 * MIB, "a decoder allocated {largest} bytes");
+}
+
+/// A client sending garbage on many connections at once does not disturb a
+/// well-behaved librdkafka producer and consumer on the same broker.
+#[test]
+fn a_hostile_client_does_not_harm_a_good_one() {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    use rdkafka::Message;
+    let _serial = serial();
+    let broker = Broker::start(&[]);
+    let addr = broker.addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let apis = advertised(addr);
+    let hostile = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]);
+            let mut sent = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let (key, version) = apis[rng.gen_range(0..apis.len())];
+                let body: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
+                let mut f = frame(key, version, &body);
+                if rng.gen_bool(0.2) {
+                    f[..4].copy_from_slice(&rng.gen::<i32>().to_be_bytes());
+                }
+                exchange(addr, &f, Duration::from_millis(20));
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let n = 2000;
+    for i in 0..n {
+        let payload = format!("good-{i}");
+        let key = i.to_string();
+        loop {
+            match producer.send(BaseRecord::to("good").key(&key).payload(&payload)) {
+                Ok(()) => break,
+                Err((_, _)) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr.to_string())
+        .set("group.id", "good-readers")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["good"]).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while seen.len() < n && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            let v = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+            seen.insert(v);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let garbage = hostile.join().unwrap();
+    assert_eq!(
+        seen.len(),
+        n,
+        "every record read back while {garbage} garbage frames arrived"
+    );
+    assert!(garbage > 100, "the hostile client sent {garbage} frames");
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
 }

@@ -16,6 +16,9 @@ pub mod group;
 pub mod records;
 pub mod store;
 
+#[cfg(test)]
+mod hostile_tests;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -146,7 +146,10 @@ mod tests {
         let p1 = limits.admit(a).unwrap();
         let _p2 = limits.admit(a).unwrap();
         assert!(limits.admit(a).is_none());
-        assert!(limits.admit(b).is_none(), "an override of 0 refuses the address");
+        assert!(
+            limits.admit(b).is_none(),
+            "an override of 0 refuses the address"
+        );
         drop(p1);
         assert!(limits.admit(a).is_some());
         assert!(parse_ip_overrides("host:1").is_err());
