@@ -28,6 +28,11 @@ pub struct BrokerConfig {
     #[arg(long, env = "STRATA_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
 
+    /// Serve Prometheus metrics (`/metrics`) and health checks (`/healthz`,
+    /// `/readyz`) over HTTP on this address; off when not given.
+    #[arg(long, env = "STRATA_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Directory holding the log and metadata.
     #[arg(long, env = "STRATA_DATA_DIR", default_value = "./strata-data")]
     pub data_dir: PathBuf,

@@ -20,6 +20,8 @@
 //! touches files, the log never sees a socket or a protocol message.
 //! `principal` names who sent a request (authentication sets it, authorization
 //! reads it). `config` holds the command line, which only `server` and `main` read;
+//! `metrics` the latency histograms lower layers record into, which only
+//! `server` names and exports over HTTP;
 //! time and random ids come from `clock`, handed down from the server, so
 //! timeouts and retention can be tested without waiting for them.
 
@@ -33,6 +35,7 @@ pub(crate) mod coordinator;
 pub mod format;
 pub mod log;
 pub mod manifest;
+pub mod metrics;
 pub mod principal;
 pub mod server;
 pub mod tier;

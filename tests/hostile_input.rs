@@ -93,6 +93,25 @@ fn runner(n: u32, seed: u8) -> TestRunner {
     )
 }
 
+/// A small fixed-seed generator for the plain loops (proptest drives the rest).
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn bytes(&mut self, max: usize) -> Vec<u8> {
+        let n = self.below(max);
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
 /// A broker on its own runtime, for a synchronous driver.
 struct Broker {
     _rt: tokio::runtime::Runtime,
@@ -264,12 +283,13 @@ fn random_frames_for_every_advertised_api_harm_nothing() {
     let mut runner = runner(600, 1);
     let strategy = (0..apis.len(), body(), any::<u16>());
     let mut sent = 0usize;
-    for (i, &(key, version)) in apis.iter().enumerate() {
-        let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[i as u8; 32]);
-        let b: Vec<u8> = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect();
+    let mut rng = XorShift(0x5eed);
+    for &(key, version) in &apis {
+        let b = rng.bytes(64);
         exchange(addr, &frame(key, version, &b), Duration::from_millis(100));
         sent += 1;
     }
+    let sent = std::cell::Cell::new(sent);
     runner
         .run(&strategy, |(i, b, cut)| {
             let (key, version) = apis[i];
@@ -280,13 +300,13 @@ fn random_frames_for_every_advertised_api_harm_nothing() {
                 f[..4].copy_from_slice(&lie.to_be_bytes());
             }
             exchange(addr, &f, Duration::from_millis(100));
-            sent += 1;
+            sent.set(sent.get() + 1);
             Ok(())
         })
         .unwrap();
     // Frames here are under 1 KiB: nothing in the broker justifies more than
     // its own fixed buffers for them.
-    assert_unharmed(addr, 16 * MIB, &format!("{sent} random frames"));
+    assert_unharmed(addr, 16 * MIB, &format!("{} random frames", sent.get()));
 }
 
 #[test]
@@ -439,8 +459,8 @@ fn mutated_batches_in_every_codec_get_an_error_code_and_harm_nothing() {
         prop::option::of(any::<prop::sample::Index>()),
         any::<bool>(),
     );
-    let mut accepted = 0;
-    let mut refused = 0;
+    let accepted = std::cell::Cell::new(0);
+    let refused = std::cell::Cell::new(0);
     runner(300, 2)
         .run(&mutation, |(seed, topic, flips, cut, keep_crc)| {
             let mut b = seeds[seed].to_vec();
@@ -462,13 +482,14 @@ fn mutated_batches_in_every_codec_get_an_error_code_and_harm_nothing() {
                 &produce_frame(topic, Bytes::from(b)),
                 Duration::from_secs(10),
             )) {
-                Some(0) => accepted += 1,
-                Some(_) => refused += 1,
+                Some(0) => accepted.set(accepted.get() + 1),
+                Some(_) => refused.set(refused.get() + 1),
                 None => {}
             }
             Ok(())
         })
         .unwrap();
+    let (accepted, refused) = (accepted.get(), refused.get());
     assert!(refused > 0, "{accepted} accepted, {refused} refused");
     assert_unharmed(addr, 4 * MIB, "mutated batches");
 }
@@ -707,14 +728,14 @@ fn a_hostile_client_does_not_harm_a_good_one() {
     let hostile = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]);
+            let mut rng = XorShift(9);
             let mut sent = 0u32;
             while !stop.load(Ordering::Relaxed) {
-                let (key, version) = apis[rng.gen_range(0..apis.len())];
-                let body: Vec<u8> = (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect();
+                let (key, version) = apis[rng.below(apis.len())];
+                let body = rng.bytes(200);
                 let mut f = frame(key, version, &body);
-                if rng.gen_bool(0.2) {
-                    f[..4].copy_from_slice(&rng.gen::<i32>().to_be_bytes());
+                if rng.below(5) == 0 {
+                    f[..4].copy_from_slice(&(rng.next() as i32).to_be_bytes());
                 }
                 exchange(addr, &f, Duration::from_millis(20));
                 sent += 1;

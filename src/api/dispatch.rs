@@ -23,6 +23,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use crate::principal::Principal;
 
+use super::metrics::ErrorCodes;
 use super::{
     configs, consumer_groups, fetch, groups, leader_hints, log_dirs, metadata, offsets, partitions,
     produce, producer_id, quorum, topics, versions, Broker, Reply,
@@ -41,6 +42,7 @@ type Handler = fn(&Arc<Broker>, Bytes, Ctx<'_>) -> anyhow::Result<Reply>;
 
 /// What a handler may know about a request besides its body.
 pub struct Ctx<'a> {
+    pub key: i16,
     pub version: i16,
     pub client_id: Option<StrBytes>,
     /// The peer's IP address.
@@ -55,6 +57,17 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     fn client_id(&self) -> String {
         self.client_id.as_deref().unwrap_or_default().to_string()
+    }
+
+    /// Counts the response's error codes, when metrics are kept.
+    fn count_errors(&self, broker: &Broker) -> impl Fn(&dyn ErrorCodes) + Send + 'static {
+        let metrics = broker.metrics.clone();
+        let (key, version) = (self.key, self.version);
+        move |response| {
+            if let Some(m) = &metrics {
+                response.each_error(&mut |code| m.error(key, version, code));
+            }
+        }
     }
 
     fn encoder(&self) -> Encoder {
@@ -124,13 +137,17 @@ pub fn find(key: i16, version: i16) -> Option<&'static Api> {
         .find(|api| api.key == key && api.versions.contains(&version))
 }
 
-fn ready<Req, Resp: Encodable>(
+fn ready<Req, Resp: Encodable + ErrorCodes>(
     broker: &Arc<Broker>,
     request: Req,
     cx: Ctx<'_>,
     handler: impl FnOnce(&Arc<Broker>, Req, &Ctx<'_>) -> Resp,
 ) -> Reply {
-    ready_frame(cx.encoder().frame(&handler(broker, request, &cx)))
+    let response = handler(broker, request, &cx);
+    if let Some(m) = &broker.metrics {
+        response.each_error(&mut |code| m.error(cx.key, cx.version, code));
+    }
+    ready_frame(cx.encoder().frame(&response))
 }
 
 fn later<Req, Fut>(
@@ -141,11 +158,16 @@ fn later<Req, Fut>(
 ) -> Reply
 where
     Fut: Future + Send + 'static,
-    Fut::Output: Encodable,
+    Fut::Output: Encodable + ErrorCodes,
 {
     let pending = handler(broker, request, &cx);
     let encoder = cx.encoder();
-    Box::pin(async move { encoder.frame(&pending.await) })
+    let count_errors = cx.count_errors(broker);
+    Box::pin(async move {
+        let response = pending.await;
+        count_errors(&response);
+        encoder.frame(&response)
+    })
 }
 
 fn later_or_silent<Req, Resp, Fut>(
@@ -156,13 +178,17 @@ fn later_or_silent<Req, Resp, Fut>(
 ) -> Reply
 where
     Fut: Future<Output = Option<Resp>> + Send + 'static,
-    Resp: Encodable,
+    Resp: Encodable + ErrorCodes,
 {
     let pending = handler(broker, request, &cx);
     let encoder = cx.encoder();
+    let count_errors = cx.count_errors(broker);
     Box::pin(async move {
         match pending.await {
-            Some(response) => encoder.frame(&response),
+            Some(response) => {
+                count_errors(&response);
+                encoder.frame(&response)
+            }
             None => Some(Bytes::new()),
         }
     })

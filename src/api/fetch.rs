@@ -20,11 +20,14 @@ use super::error::log_error_code;
 use super::fetch_session::{Answered, PartitionKey, Plan, Position, TopicRef};
 use super::Broker;
 use crate::catalog::Topic;
+use crate::format::batch;
 use crate::log::Partition;
 
 /// The partitions of one topic to read, resolved once.
 struct Wanted {
     topic: TopicRef,
+    /// Where the bytes read are counted, when the topic exists.
+    found: Option<Arc<Topic>>,
     partitions: Vec<WantedPartition>,
 }
 
@@ -150,6 +153,7 @@ fn resolve(broker: &Broker, partitions: Vec<(PartitionKey, Position)>) -> Vec<Wa
             };
             wanted.push(Wanted {
                 topic: key.topic.clone(),
+                found: topic.as_ref().ok().cloned(),
                 partitions: Vec::new(),
             });
             (wanted.len() - 1, topic)
@@ -176,6 +180,16 @@ fn answer(
     mut topics: Vec<FetchableTopicResponse>,
     version: i16,
 ) -> FetchResponse {
+    for (w, t) in wanted.iter().zip(&topics) {
+        let Some(found) = &w.found else { continue };
+        for pd in &t.partitions {
+            if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                found
+                    .traffic()
+                    .fetched(records.len() as u64, batch::count_records(records));
+            }
+        }
+    }
     let answered = || {
         wanted.iter().zip(&topics).flat_map(|(w, t)| {
             w.partitions.iter().zip(&t.partitions).map(|(wp, pd)| {

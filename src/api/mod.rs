@@ -18,6 +18,7 @@ mod groups;
 mod leader_hints;
 mod log_dirs;
 mod metadata;
+pub mod metrics;
 mod offsets;
 mod partitions;
 mod produce;
@@ -78,6 +79,8 @@ pub struct Broker {
     pub config: BrokerConfig,
     /// KIP-227 fetch sessions of this broker's consumers.
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
+    /// Request counts and latencies, kept only with `--metrics-listen`.
+    pub metrics: Option<Arc<metrics::RequestMetrics>>,
 }
 
 /// Whether this broker answers for a partition.
@@ -152,6 +155,7 @@ impl Broker {
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),
             ),
+            metrics: None,
         }
     }
 
@@ -188,6 +192,7 @@ impl Broker {
         let header = RequestHeader::decode(&mut body, key.request_header_version(version))
             .map_err(malformed)?;
         let cx = Ctx {
+            key: api_key,
             version,
             client_id: header.client_id,
             client_host,

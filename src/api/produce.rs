@@ -99,7 +99,14 @@ pub fn produce(
                 let records = pd.records.unwrap_or_default();
                 prepare(now, &policy, config.max_message_bytes, place, records)
                     .and_then(|batch| {
-                        append_one(broker, &partition, &config, &batch).map_err(Refusal::from)
+                        let out = append_one(broker, &partition, &config, &batch)?;
+                        if !out.duplicate {
+                            let records = out.last_offset - out.base_offset + 1;
+                            topic
+                                .traffic()
+                                .produced(batch.len() as u64, records.max(0) as u64);
+                        }
+                        Ok(out)
                     })
                     .map(|out| (out, partition, policy))
             } else if let Some(Err(code)) = target {

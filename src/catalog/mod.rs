@@ -11,6 +11,7 @@ pub mod producer_ids;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -19,6 +20,7 @@ use uuid::Uuid;
 
 use crate::log::index::write_synced;
 use crate::log::{AppendConfig, LogError, Partition};
+use crate::metrics::Timer;
 pub use config::{ProducePolicy, TopicConfig};
 use producer_ids::ProducerIdAllocator;
 
@@ -115,6 +117,31 @@ pub struct Topic {
     dir: PathBuf,
     config: RwLock<TopicConfig>,
     partitions: RwLock<Vec<Arc<Partition>>>,
+    traffic: Traffic,
+    sync_timer: Timer,
+}
+
+/// Bytes and records produced to and fetched from a topic since the broker
+/// started: two relaxed additions per partition a request touches, read
+/// when metrics are scraped.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    pub bytes_in: AtomicU64,
+    pub records_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub records_out: AtomicU64,
+}
+
+impl Traffic {
+    pub fn produced(&self, bytes: u64, records: u64) {
+        self.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+        self.records_in.fetch_add(records, Ordering::Relaxed);
+    }
+
+    pub fn fetched(&self, bytes: u64, records: u64) {
+        self.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+        self.records_out.fetch_add(records, Ordering::Relaxed);
+    }
 }
 
 impl Topic {
@@ -137,6 +164,9 @@ impl Topic {
     }
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().clone()
+    }
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
     pub fn is_internal(&self) -> bool {
         self.name.starts_with("__")
@@ -174,6 +204,7 @@ impl Topic {
         let mut parts = self.partitions.write();
         while parts.len() < count {
             let p = Partition::open(&self.dir.join(parts.len().to_string()))?;
+            p.time_syncs(self.sync_timer.clone());
             parts.push(Arc::new(p));
         }
         Ok(())
@@ -244,6 +275,7 @@ pub struct Catalog {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
+    sync_timer: Timer,
 }
 
 /// `cluster.json`; the tier keeps a copy in the object store.
@@ -269,6 +301,7 @@ impl Catalog {
                 id
             }
         };
+        let sync_timer = Timer::default();
         let mut topics = HashMap::new();
         for entry in std::fs::read_dir(&topics_dir)? {
             let entry = entry?;
@@ -284,6 +317,8 @@ impl Catalog {
                 dir: entry.path(),
                 config: RwLock::new(file.config),
                 partitions: RwLock::new(Vec::new()),
+                traffic: Traffic::default(),
+                sync_timer: sync_timer.clone(),
             };
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
@@ -302,7 +337,13 @@ impl Catalog {
             topics: RwLock::new(topics),
             cluster_id,
             producer_ids,
+            sync_timer,
         })
+    }
+
+    /// Latencies of the fsyncs that make appends durable, every partition's.
+    pub fn sync_timer(&self) -> &Timer {
+        &self.sync_timer
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -425,6 +466,8 @@ impl Catalog {
             dir,
             config: RwLock::new(config),
             partitions: RwLock::new(Vec::new()),
+            traffic: Traffic::default(),
+            sync_timer: self.sync_timer.clone(),
         };
         topic.open_partitions(partitions as usize)?;
         topic.persist()?;

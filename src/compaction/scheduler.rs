@@ -231,6 +231,12 @@ impl Scheduler {
         }
     }
 
+    /// Jobs this broker queued that no manifest has shown done yet: the
+    /// compaction queue as far as this broker can tell.
+    pub fn outstanding_jobs(&self) -> usize {
+        self.outstanding.lock().values().map(|o| o.jobs.len()).sum()
+    }
+
     /// Whether any job was ever queued (the broker's worker starts then).
     pub fn has_jobs(&self) -> bool {
         self.catalog.topic(JOBS_TOPIC).is_some_and(|t| {

@@ -11,6 +11,7 @@
 //! detached task; if the worker dies first, the orphan scan takes them.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +36,16 @@ pub struct WorkerOptions {
     pub group_id: String,
     pub node_id: i32,
     pub scratch_dir: PathBuf,
+    /// What this worker's merges read and wrote.
+    pub totals: Arc<MergeTotals>,
+}
+
+/// Merges done and the segment bytes they read and wrote.
+#[derive(Debug, Default)]
+pub struct MergeTotals {
+    pub merges: AtomicU64,
+    pub input_bytes: AtomicU64,
+    pub output_bytes: AtomicU64,
 }
 
 impl WorkerOptions {
@@ -44,6 +55,7 @@ impl WorkerOptions {
             group_id: WORKER_GROUP.to_string(),
             node_id,
             scratch_dir,
+            totals: Arc::default(),
         }
     }
 }
@@ -88,7 +100,7 @@ pub async fn run(
         };
         let (partition, offset) = (message.partition(), message.offset());
         match message.payload().map(serde_json::from_slice::<JobSpec>) {
-            Some(Ok(job)) => run_one(&runner, job, on_merged.as_ref()).await,
+            Some(Ok(job)) => run_one(&runner, job, on_merged.as_ref(), &opts.totals).await,
             Some(Err(e)) => {
                 tracing::warn!(partition, offset, error = %e, "skipping malformed compaction job")
             }
@@ -103,7 +115,12 @@ pub async fn run(
     Ok(())
 }
 
-async fn run_one(runner: &Runner, job: JobSpec, on_merged: Option<&OnMerged>) {
+async fn run_one(
+    runner: &Runner,
+    job: JobSpec,
+    on_merged: Option<&OnMerged>,
+    totals: &MergeTotals,
+) {
     match runner.run(&job).await {
         Ok(Outcome::Merged(merged)) => {
             let Merged {
@@ -111,6 +128,13 @@ async fn run_one(runner: &Runner, job: JobSpec, on_merged: Option<&OnMerged>) {
                 manifest,
                 stats,
             } = *merged;
+            totals.merges.fetch_add(1, Ordering::Relaxed);
+            totals
+                .input_bytes
+                .fetch_add(stats.input_bytes, Ordering::Relaxed);
+            totals
+                .output_bytes
+                .fetch_add(stats.output_bytes, Ordering::Relaxed);
             tracing::info!(
                 topic = job.topic,
                 partition = job.partition,

@@ -179,6 +179,20 @@ pub fn whole_batches_len(buf: &[u8]) -> usize {
     pos
 }
 
+/// The records of the whole, well-formed batches at the start of `buf`, as
+/// their headers count them (control batches included).
+pub fn count_records(buf: &[u8]) -> u64 {
+    let (mut pos, mut records) = (0, 0u64);
+    while let Ok(Some(h)) = BatchHeader::parse(&buf[pos..]) {
+        if pos + h.size > buf.len() {
+            break;
+        }
+        records += h.record_count.max(0) as u64;
+        pos += h.size;
+    }
+    records
+}
+
 /// The header of a validated batch with the leader-owned fields stamped:
 /// base offset, partition leader epoch and, for LogAppendTime, the max
 /// timestamp. Only that last one is covered by the CRC, so only then is the

@@ -26,6 +26,7 @@ use super::{now_ms, LogError};
 use crate::format::batch::{self, first_record, BatchHeader};
 use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
+use crate::metrics::Timer;
 
 const LOG_START_FILE: &str = "log-start-offset";
 
@@ -79,6 +80,8 @@ pub struct Partition {
     leader_epoch: AtomicI32,
     /// When the last fsync finished (or the partition opened), for `flush.ms`.
     last_sync_ms: AtomicI64,
+    /// Where fsync latencies go, once the catalog attached it.
+    sync_timer: OnceLock<Timer>,
 }
 
 struct State {
@@ -200,6 +203,7 @@ impl Partition {
             head_sink: OnceLock::new(),
             leader_epoch: AtomicI32::new(0),
             last_sync_ms: AtomicI64::new(now),
+            sync_timer: OnceLock::new(),
         })
     }
 
@@ -666,9 +670,13 @@ impl Partition {
         };
         // Rolled segments were synced when they sealed, so syncing the active
         // file makes everything below `end` durable.
+        let started = std::time::Instant::now();
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
+        if let Some(t) = self.sync_timer.get() {
+            t.observe(started.elapsed());
+        }
         self.last_sync_ms.store(now_ms(), Ordering::Relaxed);
         self.durable.send_if_modified(|d| {
             let advanced = end > *d;
@@ -676,6 +684,11 @@ impl Partition {
             advanced
         });
         Ok(())
+    }
+
+    /// Records the latency of every fsync that makes appends durable.
+    pub fn time_syncs(&self, timer: Timer) {
+        let _ = self.sync_timer.set(timer);
     }
 
     /// Syncs the active segment from a blocking context (shutdown).

@@ -4,22 +4,26 @@
 mod cluster;
 mod connection;
 pub mod frame;
+mod http;
 pub mod limits;
+mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::api::metrics::RequestMetrics;
 use crate::api::Broker;
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
 use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
-use crate::compaction::worker::{self, OnMerged, WorkerOptions};
+use crate::compaction::worker::{self, MergeTotals, OnMerged, WorkerOptions};
 use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::GroupCoordinator;
@@ -41,6 +45,8 @@ pub struct Server {
     /// Set when the broker must stop serving for good.
     fatal: watch::Sender<Option<String>>,
     store_requests: Arc<RequestCounts>,
+    /// With `--metrics-listen`: what `/readyz` reports.
+    health: Option<Arc<http::Health>>,
 }
 
 impl Server {
@@ -60,6 +66,17 @@ impl Server {
             None => open_from_args(&config.object_store, &config.data_dir)?,
         };
         let (store, store_requests) = Counted::wrap(store);
+        let (stop, stop_rx) = watch::channel(false);
+        // First of all, so that the process shows alive (and not ready)
+        // while a large data directory recovers.
+        let health = match config.metrics_listen {
+            Some(addr) => {
+                let health = http::Health::new(store.clone());
+                http::serve(addr, health.clone(), stop_rx.clone()).await?;
+                Some(health)
+            }
+            None => None,
+        };
         // A wiped data directory is refilled from the store before the catalog reads it.
         let restored = tier::restore::restore(&store, &config.data_dir).await?;
         if restored != Default::default() {
@@ -135,7 +152,7 @@ impl Server {
             )
             .await?,
         );
-        let broker = Arc::new(Broker::new(
+        let mut broker = Broker::new(
             catalog,
             coordinator.clone(),
             &config,
@@ -143,8 +160,10 @@ impl Server {
             port,
             clock.clone(),
             joined.as_ref().map(|j| j.node.clone()),
-        ));
-        let (stop, stop_rx) = watch::channel(false);
+        );
+        let request_metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
+        broker.metrics = request_metrics.clone();
+        let broker = Arc::new(broker);
         let (fatal, _) = watch::channel(None);
         if let Some(j) = &joined {
             tokio::spawn(j.wal.clone().run(stop_rx.clone()));
@@ -167,17 +186,19 @@ impl Server {
             scheduler.clone(),
             stop_rx.clone(),
         ));
+        let merges = Arc::new(MergeTotals::default());
         if config.compaction_worker {
             let bootstrap = if local_addr.ip().is_unspecified() {
                 SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local_addr.port())
             } else {
                 local_addr
             };
-            let opts = WorkerOptions::new(
+            let mut opts = WorkerOptions::new(
                 bootstrap.to_string(),
                 config.node_id,
                 config.data_dir.join("compaction"),
             );
+            opts.totals = merges.clone();
             tokio::spawn(run_compaction_worker(
                 tier.clone(),
                 scheduler.clone(),
@@ -207,6 +228,18 @@ impl Server {
             limits::ConnectionLimits::from_config(&config),
             stop_rx,
         ));
+        if let (Some(health), Some(requests)) = (&health, &request_metrics) {
+            let mut registry = Registry::default();
+            requests.register(&mut registry);
+            registry.register_collector(Box::new(metrics::Scraped {
+                broker: broker.clone(),
+                tier: tier.clone(),
+                scheduler: scheduler.clone(),
+                store: store_requests.clone(),
+                merges,
+            }));
+            health.serving(registry);
+        }
         tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
         Ok(Server {
             local_addr,
@@ -217,6 +250,7 @@ impl Server {
             joined,
             fatal,
             store_requests,
+            health,
         })
     }
 
@@ -246,6 +280,9 @@ impl Server {
 
     /// Stops accepting connections and makes everything appended durable.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        if let Some(h) = &self.health {
+            h.stopping();
+        }
         self.stop.send_replace(true);
         self.accept.abort();
         if let Some(j) = self.joined {

@@ -26,6 +26,11 @@ pub struct TierStats {
     pub bytes_uploaded: AtomicU64,
     pub puts: AtomicU64,
     pub upload_failures: AtomicU64,
+    /// Sealed bytes not yet in the store, as of the uploader's last pass.
+    pub pending_upload_bytes: AtomicU64,
+    pub pending_upload_segments: AtomicU64,
+    /// Of each sealed segment's objects.
+    pub upload_latency: crate::metrics::Timer,
 }
 
 /// Whether this broker tends a partition (topic id, index).

@@ -64,6 +64,7 @@ impl Uploader {
         // Backpressure is judged before any store call, so a stalled store
         // cannot keep the flag from rising.
         let mut pending = 0u64;
+        let mut pending_segments = 0u64;
         for (topic, index, partition) in &work {
             partition.attach_backpressure(self.backpressure.clone());
             let mut cfg = topic.append_config();
@@ -78,13 +79,18 @@ impl Uploader {
                 .remote(topic.id(), *index)
                 .and_then(|r| r.manifest().end_offset())
                 .unwrap_or(i64::MIN);
-            pending += partition
-                .sealed_segments()
-                .iter()
-                .filter(|s| s.base_offset >= end)
-                .map(|s| s.size)
-                .sum::<u64>();
+            for s in partition.sealed_segments() {
+                if s.base_offset >= end {
+                    pending += s.size;
+                    pending_segments += 1;
+                }
+            }
         }
+        let stats = &self.partitions.stats;
+        stats.pending_upload_bytes.store(pending, Ordering::Relaxed);
+        stats
+            .pending_upload_segments
+            .store(pending_segments, Ordering::Relaxed);
         let over = pending > self.max_pending;
         if self.backpressure.swap(over, Ordering::Relaxed) != over {
             if over {
@@ -192,9 +198,11 @@ impl Uploader {
         meta: &SegmentMeta,
         key: &str,
     ) -> Result<(), TierError> {
+        let started = std::time::Instant::now();
         let puts =
             objects::upload_segment(self.partitions.store(), partition.dir(), meta, key).await?;
         let stats = &self.partitions.stats;
+        stats.upload_latency.observe(started.elapsed());
         stats.puts.fetch_add(puts, Ordering::Relaxed);
         stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
         stats.bytes_uploaded.fetch_add(meta.size, Ordering::Relaxed);
