@@ -283,6 +283,36 @@ pub struct BrokerConfig {
     #[arg(long, hide = true, default_value_t = 0)]
     pub txn_marker_delay_ms: u64,
 
+    /// Most connections the broker holds open (max.connections); at the
+    /// limit it stops accepting until one closes.
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS", default_value_t = i32::MAX as usize)]
+    pub max_connections: usize,
+
+    /// Most connections from one address (max.connections.per.ip); one more
+    /// is closed as soon as it is accepted.
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS_PER_IP", default_value_t = i32::MAX as usize)]
+    pub max_connections_per_ip: usize,
+
+    /// Per-address exceptions to --max-connections-per-ip, as
+    /// `address:count,...` (max.connections.per.ip.overrides).
+    #[arg(
+        long,
+        env = "STRATA_MAX_CONNECTIONS_PER_IP_OVERRIDES",
+        default_value = "",
+        value_parser = parse_ip_overrides
+    )]
+    pub max_connections_per_ip_overrides: IpOverrides,
+
+    /// A connection that sends no request for this long is closed
+    /// (connections.max.idle.ms); 0 or less keeps idle connections.
+    #[arg(
+        long,
+        env = "STRATA_CONNECTIONS_MAX_IDLE_MS",
+        default_value_t = 600_000,
+        allow_negative_numbers = true
+    )]
+    pub connections_max_idle_ms: i64,
+
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -624,6 +654,28 @@ fn parse_assignors(value: &str) -> Result<Assignors, String> {
         return Err("at least one assignor is needed".to_string());
     }
     Ok(Assignors(out))
+}
+
+/// `--max-connections-per-ip-overrides`: `address:count` pairs separated by
+/// commas, as Kafka's `max.connections.per.ip.overrides` (addresses only,
+/// no host names to resolve).
+#[derive(Debug, Clone, Default)]
+pub struct IpOverrides(pub std::collections::HashMap<std::net::IpAddr, usize>);
+
+pub fn parse_ip_overrides(value: &str) -> Result<IpOverrides, String> {
+    let mut out = std::collections::HashMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (ip, n) = pair
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{pair}: expected address:count"))?;
+        let ip: std::net::IpAddr = ip
+            .trim_matches(['[', ']'])
+            .parse()
+            .map_err(|e| format!("{pair}: {e}"))?;
+        let n: usize = n.parse().map_err(|e| format!("{pair}: {e}"))?;
+        out.insert(ip, n);
+    }
+    Ok(IpOverrides(out))
 }
 
 #[cfg(test)]

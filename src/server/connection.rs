@@ -82,6 +82,9 @@ pub struct Listener {
     pub protocol: SecurityProtocol,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     pub sasl: Arc<SaslSettings>,
+    /// connections.max.idle.ms: a connection that sends no complete request
+    /// for that long is closed.
+    pub idle: Option<Duration>,
 }
 
 pub struct SaslSettings {
@@ -205,7 +208,17 @@ async fn serve<R, W>(
         if !muted.is_zero() {
             tokio::time::sleep(muted).await;
         }
-        let frame = match frames.next().await {
+        let next = match listener.idle {
+            Some(idle) => match tokio::time::timeout(idle, frames.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::info!(?peer, "closing idle connection (connections.max.idle.ms)");
+                    break;
+                }
+            },
+            None => frames.next().await,
+        };
+        let frame = match next {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {

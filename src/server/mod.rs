@@ -5,6 +5,7 @@ mod cluster;
 mod connection;
 pub mod frame;
 mod http;
+pub mod limits;
 mod metrics;
 
 use std::net::SocketAddr;
@@ -348,6 +349,7 @@ impl Server {
                 .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
             failed_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),
         });
+        let limits = limits::ConnectionLimits::from_config(&config);
         let mut accept = Vec::new();
         let mut listener_addrs = Vec::new();
         for ((listener, spec, addr, tls), endpoint) in bound.into_iter().zip(&endpoints) {
@@ -356,11 +358,13 @@ impl Server {
                 protocol: spec.protocol,
                 tls,
                 sasl: sasl.clone(),
+                idle: limits.idle(),
             });
             accept.push(tokio::spawn(accept_loop(
                 listener,
                 broker.clone(),
                 config.max_request_bytes,
+                limits.clone(),
                 shared,
                 stop_rx.clone(),
             )));
@@ -494,15 +498,25 @@ async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
     max_frame: usize,
+    limits: Arc<limits::ConnectionLimits>,
     shared: Arc<connection::Listener>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(connection::accept(stream, broker.clone(), max_frame, shared.clone()));
+            // At max.connections nothing is accepted until a slot frees.
+            accepted = async { limits.wait_for_slot().await; listener.accept().await } => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(permit) = limits.admit(peer.ip()) else {
+                        tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
+                        continue;
+                    };
+                    let (broker, shared) = (broker.clone(), shared.clone());
+                    tokio::spawn(async move {
+                        connection::accept(stream, broker, max_frame, shared).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
