@@ -422,3 +422,111 @@ async fn in_a_cluster_acls_and_quotas_set_on_one_broker_reach_the_others_through
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The transaction APIs: WRITE on the transactional id (EndTxn,
+/// AddOffsetsToTxn, AddPartitionsToTxn), WRITE on each topic added, DESCRIBE
+/// for DescribeTransactions; a transactional librdkafka producer whose id
+/// and topic carry no ACL commits through the same checks.
+#[tokio::test(flavor = "multi_thread")]
+async fn transaction_apis_need_write_on_the_transactional_id_and_the_topics() {
+    const TRANSACTIONAL_ID: i8 = 5;
+    const WRITE: i8 = 4;
+    let broker = InProcess::start(&AUTHORIZER).await;
+    let bootstrap = broker.bootstrap();
+    produce_one(&bootstrap, "open").await;
+    produce_one(&bootstrap, "secret").await;
+    create_acls(
+        broker.addr(),
+        vec![
+            acl("secret", LITERAL, "User:bob", WRITE, ALLOW),
+            acl("txn-secret", LITERAL, "User:bob", WRITE, ALLOW)
+                .with_resource_type(TRANSACTIONAL_ID),
+        ],
+    )
+    .await;
+
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("transactional.id", "txn-ok")
+        .create()
+        .unwrap();
+    p.init_transactions(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    p.send(FutureRecord::to("open").key("k").payload("t"), TIMEOUT)
+        .await
+        .unwrap();
+    p.commit_transaction(TIMEOUT).unwrap();
+
+    let s = |v: &str| StrBytes::from_string(v.into());
+    let mut raw = Raw::connect(broker.addr()).await;
+    let end: EndTxnResponse = raw
+        .call(
+            ApiKey::EndTxn,
+            3,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("txn-secret")))
+                .with_producer_id(ProducerId(1))
+                .with_committed(true),
+        )
+        .await;
+    assert_eq!(end.error_code, 53);
+    let offsets: AddOffsetsToTxnResponse = raw
+        .call(
+            ApiKey::AddOffsetsToTxn,
+            3,
+            &AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("txn-secret")))
+                .with_group_id(GroupId(s("g"))),
+        )
+        .await;
+    assert_eq!(offsets.error_code, 53);
+
+    // WRITE on "open" but not on "secret": the whole request is refused,
+    // "secret" with TOPIC_AUTHORIZATION_FAILED, "open" not attempted.
+    let topic = |name: &str| {
+        add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(s(name)))
+            .with_partitions(vec![0])
+    };
+    let add: AddPartitionsToTxnResponse = raw
+        .call(
+            ApiKey::AddPartitionsToTxn,
+            3,
+            &AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(s("txn-ok")))
+                .with_v3_and_below_producer_id(ProducerId(1))
+                .with_v3_and_below_topics(vec![topic("open"), topic("secret")]),
+        )
+        .await;
+    let codes: Vec<(String, i16)> = add
+        .results_by_topic_v3_and_below
+        .iter()
+        .map(|t| {
+            (
+                t.name.to_string(),
+                t.results_by_partition[0].partition_error_code,
+            )
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [("open".to_string(), 55), ("secret".to_string(), 29)]
+    );
+
+    let described: DescribeTransactionsResponse = raw
+        .call(
+            ApiKey::DescribeTransactions,
+            0,
+            &DescribeTransactionsRequest::default().with_transactional_ids(vec![
+                TransactionalId(s("txn-ok")),
+                TransactionalId(s("txn-secret")),
+            ]),
+        )
+        .await;
+    let codes: Vec<i16> = described
+        .transaction_states
+        .iter()
+        .map(|t| t.error_code)
+        .collect();
+    assert_eq!(codes, [0, 53]);
+}
