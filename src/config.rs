@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+pub use crate::auth::client::SaslLogin;
 pub use crate::auth::tls::ClientAuth;
 
 /// When appended data is fsynced.
@@ -76,6 +77,33 @@ pub struct BrokerConfig {
     /// `SCRAM-SHA-512=[name=alice,password=secret]`. Repeatable.
     #[arg(long, env = "STRATA_ADD_SCRAM", value_delimiter = ';')]
     pub add_scram: Vec<String>,
+
+    /// The listener this broker's own clients use (inter.broker.listener.name):
+    /// its compaction worker, and in cluster mode a transaction coordinator
+    /// writing markers at other leaders. Default: the first listener.
+    #[arg(long, env = "STRATA_INTER_BROKER_LISTENER_NAME")]
+    pub inter_broker_listener_name: Option<String>,
+
+    /// SASL mechanism of the broker's own clients on a SASL inter-broker
+    /// listener (sasl.mechanism.inter.broker.protocol). Default: the first
+    /// of --sasl-enabled-mechanisms (PLAIN unless changed).
+    #[arg(long, env = "STRATA_SASL_MECHANISM_INTER_BROKER_PROTOCOL")]
+    pub sasl_mechanism_inter_broker_protocol: Option<String>,
+
+    /// The user the broker authenticates as on a SASL inter-broker listener
+    /// (the username of the listener's JAAS config in Kafka). Its SCRAM
+    /// credential is created at start when missing; give it --super-users.
+    #[arg(long, env = "STRATA_INTER_BROKER_SASL_USERNAME")]
+    pub inter_broker_sasl_username: Option<String>,
+
+    /// That user's password; prefer the environment variable, which `ps`
+    /// does not show.
+    #[arg(
+        long,
+        env = "STRATA_INTER_BROKER_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub inter_broker_sasl_password: Option<String>,
 
     /// Longest SASL session before the client must re-authenticate (KIP-368,
     /// connections.max.reauth.ms); 0: no limit.
@@ -488,6 +516,56 @@ impl BrokerConfig {
         Ok(out)
     }
 
+    /// The listener the broker's own clients use, and on a SASL listener
+    /// how they log in. Refuses what Kafka refuses at start: an unknown
+    /// listener name, a mechanism not enabled, a SASL listener without the
+    /// broker's credentials.
+    pub fn inter_broker(&self) -> Result<(ListenerSpec, Option<SaslLogin>), String> {
+        let listeners = self.listeners()?;
+        let spec = match &self.inter_broker_listener_name {
+            None => listeners[0].clone(),
+            Some(name) => listeners
+                .iter()
+                .find(|l| &l.name == name)
+                .cloned()
+                .ok_or_else(|| {
+                    format!("--inter-broker-listener-name {name} names no --listener")
+                })?,
+        };
+        if !spec.protocol.sasl() {
+            return Ok((spec, None));
+        }
+        let mechanism = match &self.sasl_mechanism_inter_broker_protocol {
+            Some(m) => m.clone(),
+            None => self
+                .sasl_enabled_mechanisms
+                .first()
+                .cloned()
+                .ok_or("--sasl-enabled-mechanisms is empty")?,
+        };
+        if !self.sasl_enabled_mechanisms.contains(&mechanism) {
+            return Err(format!(
+                "--sasl-mechanism-inter-broker-protocol {mechanism} is not in --sasl-enabled-mechanisms"
+            ));
+        }
+        let (Some(username), Some(password)) = (
+            &self.inter_broker_sasl_username,
+            &self.inter_broker_sasl_password,
+        ) else {
+            return Err(format!(
+                "the inter-broker listener {} is {}: give the broker's own credentials with --inter-broker-sasl-username and STRATA_INTER_BROKER_SASL_PASSWORD",
+                spec.name,
+                spec.protocol.name()
+            ));
+        };
+        let login = SaslLogin {
+            mechanism,
+            username: username.clone(),
+            password: password.clone(),
+        };
+        Ok((spec, Some(login)))
+    }
+
     /// Whether any listener speaks SASL.
     pub fn any_sasl(&self) -> bool {
         self.listeners()
@@ -709,6 +787,47 @@ mod tests {
         assert_eq!(ls[0].protocol, SecurityProtocol::Plaintext);
         assert_eq!(ls[0].bind, "127.0.0.1:9999".parse().unwrap());
         assert_eq!(ls[0].advertised, Some(("kafka".to_string(), 19092)));
+    }
+
+    #[test]
+    fn the_inter_broker_listener_defaults_to_the_first_and_a_sasl_one_needs_a_login() {
+        let two = ["--listener", "PLAINTEXT://:0,INTERNAL://:0"];
+        let map = ["--listener-security-protocol-map", "INTERNAL:SASL_SSL"];
+        let (spec, login) = config(&[&two[..], &map[..]].concat())
+            .inter_broker()
+            .unwrap();
+        assert_eq!((spec.name.as_str(), login), ("PLAINTEXT", None));
+        let named = [
+            &two[..],
+            &map[..],
+            &["--inter-broker-listener-name", "INTERNAL"],
+        ]
+        .concat();
+        let err = config(&named).inter_broker().unwrap_err();
+        assert!(err.contains("--inter-broker-sasl-username"), "{err}");
+        let creds = ["--inter-broker-sasl-username", "broker"];
+        let pw = ["--inter-broker-sasl-password", "pw"];
+        let (spec, login) = config(&[&named[..], &creds[..], &pw[..]].concat())
+            .inter_broker()
+            .unwrap();
+        assert_eq!(spec.protocol, SecurityProtocol::SaslSsl);
+        let login = login.unwrap();
+        // The first enabled mechanism unless one is named.
+        assert_eq!(
+            (login.mechanism.as_str(), login.username.as_str()),
+            ("PLAIN", "broker")
+        );
+        let scram = ["--sasl-mechanism-inter-broker-protocol", "SCRAM-SHA-512"];
+        let full = [&named[..], &creds[..], &pw[..], &scram[..]].concat();
+        let login = config(&full).inter_broker().unwrap().1.unwrap();
+        assert_eq!(login.mechanism, "SCRAM-SHA-512");
+        let only_plain = ["--sasl-enabled-mechanisms", "PLAIN"];
+        let err = config(&[&full[..], &only_plain[..]].concat())
+            .inter_broker()
+            .unwrap_err();
+        assert!(err.contains("not in --sasl-enabled-mechanisms"), "{err}");
+        let unknown = [&two[..], &["--inter-broker-listener-name", "OTHER"]].concat();
+        assert!(config(&unknown).inter_broker().is_err());
     }
 
     #[test]

@@ -57,6 +57,12 @@ struct CompactArgs {
     /// Recorded as the writer of the manifests this worker writes.
     #[arg(long, env = "STRATA_NODE_ID", default_value_t = 1000)]
     node_id: i32,
+    /// A librdkafka property of the worker's consumer, `KEY=VALUE`,
+    /// repeatable: how to reach a secured listener, e.g.
+    /// `security.protocol=sasl_ssl`, `sasl.mechanisms=SCRAM-SHA-512`,
+    /// `sasl.username=...`, `ssl.ca.location=...`.
+    #[arg(long, env = "STRATA_CONSUMER_PROPERTIES", value_delimiter = ';', value_parser = parse_property)]
+    consumer_property: Vec<(String, String)>,
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     log_level: String,
 }
@@ -69,6 +75,12 @@ struct LevelsArgs {
     /// Data directory whose default store to use when --store is not given.
     #[arg(long, env = "STRATA_DATA_DIR", default_value = "./strata-data")]
     data_dir: PathBuf,
+}
+
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -96,7 +108,8 @@ fn main() -> anyhow::Result<()> {
             let scratch = args.scratch_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("strata-compact-{}", std::process::id()))
             });
-            let opts = WorkerOptions::new(args.bootstrap, args.node_id, scratch);
+            let mut opts = WorkerOptions::new(args.bootstrap, args.node_id, scratch);
+            opts.client_properties = args.consumer_property;
             runtime.block_on(async {
                 let (stop, stop_rx) = tokio::sync::watch::channel(false);
                 let worker = tokio::spawn(worker::run(store, opts, None, stop_rx));

@@ -51,6 +51,8 @@ use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::txn::{ProducerIdSource, TxnCoordinator};
 use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
+
+pub use broker_client::InterBroker;
 use dispatch::Ctx;
 pub use dispatch::Encoder;
 
@@ -95,6 +97,8 @@ pub struct Broker {
     pub endpoints: Vec<crate::cluster::Endpoint>,
     /// SCRAM credentials (SASL PLAIN checks them too).
     pub credentials: Arc<crate::auth::credentials::Credentials>,
+    /// How this broker's own requests reach other brokers.
+    pub inter_broker: Arc<InterBroker>,
     /// KIP-227 fetch sessions of this broker's consumers.
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
     /// Request counts and latencies, kept only with `--metrics-listen`.
@@ -128,6 +132,8 @@ pub struct Listeners {
     /// Every listener's advertised endpoint, the first one's is `host:port`.
     pub endpoints: Vec<crate::cluster::Endpoint>,
     pub credentials: Arc<crate::auth::credentials::Credentials>,
+    /// How this broker's own requests reach other brokers.
+    pub inter_broker: Arc<InterBroker>,
 }
 
 /// Whether this broker answers for a partition.
@@ -208,6 +214,7 @@ impl Broker {
             config: config.clone(),
             endpoints: listeners.endpoints,
             credentials: listeners.credentials,
+            inter_broker: listeners.inter_broker,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),

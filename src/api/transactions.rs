@@ -29,7 +29,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, watch};
 
-use super::{broker_client, Broker, Route};
+use super::{Broker, Route};
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::state::{TxnError, TxnState};
 use crate::coordinator::txn::MarkerJob;
@@ -573,12 +573,12 @@ async fn write_markers(
         let resp = match leader {
             None => Ok(super::txn_markers::write_txn_markers(broker.clone(), req).await),
             Some(node) => {
-                let addr = super::metadata::brokers(broker, None)
+                let inter = &broker.inter_broker;
+                let endpoint = super::metadata::brokers(broker, Some(&inter.listener))
                     .into_iter()
-                    .find(|(id, _, _)| *id == node)
-                    .map(|(_, host, port)| format!("{host}:{port}"));
-                match addr {
-                    Some(addr) => broker_client::write_txn_markers(&addr, req).await,
+                    .find(|(id, _, _)| *id == node);
+                match endpoint {
+                    Some((_, host, port)) => inter.write_txn_markers(&host, port, req).await,
                     None => continue,
                 }
             }

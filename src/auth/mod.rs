@@ -13,6 +13,7 @@
 //! `kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[password=...]'`
 //! gives a user both mechanisms and no password is ever stored.
 
+pub mod client;
 pub mod credentials;
 pub mod sasl;
 pub mod scram;

@@ -313,57 +313,116 @@ impl ServerExchange {
     }
 }
 
-/// The client side, for tests and for nothing else in the broker.
-#[cfg(test)]
-pub(crate) mod client {
+/// The client side: the broker's own connections to a SCRAM listener
+/// (inter-broker), and the tests of the server side.
+pub mod client {
     use super::*;
 
     pub struct Client {
-        pub mechanism: Mechanism,
-        pub password: String,
-        pub first_bare: String,
+        mechanism: Mechanism,
+        password: String,
+        first_bare: String,
+        nonce: String,
+        /// What the server must prove in its final message.
+        server_signature: Option<Vec<u8>>,
     }
 
     impl Client {
+        /// The client-first message for `user`, with a client `nonce` of
+        /// printable characters other than `,`.
         pub fn first(
             mechanism: Mechanism,
             user: &str,
             password: &str,
             nonce: &str,
         ) -> (Client, Vec<u8>) {
-            let first_bare = format!("n={user},r={nonce}");
+            let name = user.replace('=', "=3D").replace(',', "=2C");
+            let first_bare = format!("n={name},r={nonce}");
             let msg = format!("n,,{first_bare}").into_bytes();
             (
                 Client {
                     mechanism,
                     password: password.to_string(),
                     first_bare,
+                    nonce: nonce.to_string(),
+                    server_signature: None,
                 },
                 msg,
             )
         }
 
         /// The client-final message for a server-first message.
-        pub fn last(&self, server_first: &[u8]) -> Vec<u8> {
+        pub fn last(&mut self, server_first: &[u8]) -> Result<Vec<u8>, AuthError> {
             self.last_with_nonce_prefix(server_first, "")
         }
 
-        /// As librdkafka before 2.6.1: `prefix` in front of the combined nonce.
-        pub fn last_with_nonce_prefix(&self, server_first: &[u8], prefix: &str) -> Vec<u8> {
-            let sf = std::str::from_utf8(server_first).unwrap();
-            let attrs = attributes(sf).unwrap();
-            let get = |k| attrs.iter().find(|(c, _)| *c == k).unwrap().1;
-            let salt = unb64(get('s')).unwrap();
-            let iterations: u32 = get('i').parse().unwrap();
+        /// As librdkafka before 2.6.1 when `prefix` is not empty: `prefix`
+        /// in front of the combined nonce.
+        pub fn last_with_nonce_prefix(
+            &mut self,
+            server_first: &[u8],
+            prefix: &str,
+        ) -> Result<Vec<u8>, AuthError> {
+            let sf = std::str::from_utf8(server_first)
+                .map_err(|_| AuthError::Malformed("server-first not UTF-8"))?;
+            let attrs = attributes(sf)?;
+            let get = |k| {
+                attrs
+                    .iter()
+                    .find(|(c, _)| *c == k)
+                    .map(|(_, v)| *v)
+                    .ok_or(AuthError::Malformed("incomplete server-first message"))
+            };
+            let nonce = get('r')?;
+            if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
+                return Err(AuthError::Failed(
+                    "server nonce does not extend ours".into(),
+                ));
+            }
+            let salt = unb64(get('s')?)?;
+            let iterations: u32 = get('i')?
+                .parse()
+                .map_err(|_| AuthError::Malformed("bad iteration count"))?;
+            // As Kafka's client: a weaker count than the mechanism allows is refused.
+            if iterations < MIN_ITERATIONS as u32 {
+                return Err(AuthError::Failed(format!(
+                    "{iterations} iterations are fewer than {MIN_ITERATIONS}"
+                )));
+            }
             let m = self.mechanism;
             let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
             let client_key = m.hmac(&salted, &[b"Client Key"]);
             let stored = m.hash(&client_key);
-            let without_proof = format!("c=biws,r={prefix}{}", get('r'));
+            let without_proof = format!("c=biws,r={prefix}{nonce}");
             let auth = format!("{},{sf},{without_proof}", self.first_bare);
             let sig = m.hmac(&stored, &[auth.as_bytes()]);
             let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
-            format!("{without_proof},p={}", b64(&proof)).into_bytes()
+            let server_key = m.hmac(&salted, &[b"Server Key"]);
+            self.server_signature = Some(m.hmac(&server_key, &[auth.as_bytes()]));
+            Ok(format!("{without_proof},p={}", b64(&proof)).into_bytes())
+        }
+
+        /// Checks the server-final message: the server knew the credential.
+        pub fn verify(&self, server_final: &[u8]) -> Result<(), AuthError> {
+            let text = std::str::from_utf8(server_final)
+                .map_err(|_| AuthError::Malformed("server-final not UTF-8"))?;
+            let attrs = attributes(text)?;
+            if let Some((_, e)) = attrs.iter().find(|(k, _)| *k == 'e') {
+                return Err(AuthError::Failed(format!("server refused: {e}")));
+            }
+            let v = attrs
+                .iter()
+                .find(|(k, _)| *k == 'v')
+                .ok_or(AuthError::Malformed("no server signature"))?;
+            let expected = self
+                .server_signature
+                .as_ref()
+                .ok_or(AuthError::Malformed("server-final before client-final"))?;
+            if bool::from(unb64(v.1)?.ct_eq(expected)) {
+                Ok(())
+            } else {
+                Err(AuthError::Failed("wrong server signature".into()))
+            }
         }
     }
 }
@@ -394,11 +453,16 @@ mod tests {
         for m in Mechanism::ALL {
             let credential = Credential::from_password(m, "right", b"salty", 4096);
             for (password, ok) in [("right", true), ("wrong", false)] {
-                let (client, first) = client::Client::first(m, "alice", password, "abc");
+                let (mut client, first) = client::Client::first(m, "alice", password, "abc");
                 let parsed = ClientFirst::parse(&first).unwrap();
                 let exchange = ServerExchange::new(m, parsed, credential.clone(), b"srv");
-                let last = client.last(exchange.server_first());
-                assert_eq!(exchange.finish(&last).is_ok(), ok, "{m:?} {password}");
+                let last = client.last(exchange.server_first()).unwrap();
+                let finished = exchange.finish(&last);
+                assert_eq!(finished.is_ok(), ok, "{m:?} {password}");
+                if let Ok(server_final) = finished {
+                    client.verify(&server_final).unwrap();
+                    assert!(client.verify(b"v=AAAA").is_err());
+                }
             }
             assert!(credential.matches_password(m, "right"));
             assert!(!credential.matches_password(m, "wrong"));
@@ -410,22 +474,29 @@ mod tests {
         let m = Mechanism::Sha256;
         let credential = Credential::from_password(m, "pw", b"salt", 4096);
         for (prefix, ok) in [("", true), ("cnonce", true), ("other", true)] {
-            let (client, first) = client::Client::first(m, "u", "pw", "cnonce");
+            let (mut client, first) = client::Client::first(m, "u", "pw", "cnonce");
             let exchange = ServerExchange::new(
                 m,
                 ClientFirst::parse(&first).unwrap(),
                 credential.clone(),
                 b"s",
             );
-            let last = client.last_with_nonce_prefix(exchange.server_first(), prefix);
+            let last = client
+                .last_with_nonce_prefix(exchange.server_first(), prefix)
+                .unwrap();
             assert_eq!(exchange.finish(&last).is_ok(), ok, "{prefix}");
         }
-        // A nonce without the server's part is refused.
-        let (client, first) = client::Client::first(m, "u", "pw", "cnonce");
+        // A nonce without the server's part is refused by both sides.
+        let (mut client, first) = client::Client::first(m, "u", "pw", "cnonce");
         let exchange =
             ServerExchange::new(m, ClientFirst::parse(&first).unwrap(), credential, b"s");
-        let forged = b"r=cnonce,s=c2FsdA==,i=4096".to_vec();
-        assert!(exchange.finish(&client.last(&forged)).is_err());
+        let forged = b"r=cnonce,s=c2FsdA==,i=4096";
+        assert!(client.last(forged).is_err());
+        let mut other = client::Client::first(m, "u", "pw", "cnonce").0;
+        let last = other
+            .last_with_nonce_prefix(b"r=cnonceX,s=c2FsdA==,i=4096", "")
+            .unwrap();
+        assert!(exchange.finish(&last).is_err());
     }
 
     #[test]

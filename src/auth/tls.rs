@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -28,6 +28,16 @@ pub enum ClientAuth {
 
 fn tls_err(what: &str, path: &Path, e: impl std::fmt::Display) -> AuthError {
     AuthError::Tls(format!("{what} {}: {e}", path.display()))
+}
+
+fn roots(ca: &Path) -> Result<RootCertStore, AuthError> {
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| tls_err("reading", ca, e))? {
+        roots
+            .add(c.map_err(|e| tls_err("parsing", ca, e))?)
+            .map_err(|e| tls_err("adding", ca, e))?;
+    }
+    Ok(roots)
 }
 
 /// The server side of every TLS listener.
@@ -57,13 +67,8 @@ pub fn server_config(
             ))
         }
         (mode, Some(ca)) => {
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca).map_err(|e| tls_err("reading", ca, e))? {
-                roots
-                    .add(c.map_err(|e| tls_err("parsing", ca, e))?)
-                    .map_err(|e| tls_err("adding", ca, e))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
             let verifier = if mode == ClientAuth::Requested {
                 verifier.allow_unauthenticated()
             } else {
@@ -75,6 +80,26 @@ pub fn server_config(
     };
     let config = builder
         .with_single_cert(chain, key)
+        .map_err(|e| tls_err("certificate and key", cert, e))?;
+    Ok(Arc::new(config))
+}
+
+/// The client side, for the broker's own connections to a TLS listener:
+/// it trusts `ca` and presents the broker's certificate, so that a listener
+/// requiring client certificates admits it (as the certificate's subject).
+pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ClientConfig>, AuthError> {
+    let roots = roots(ca)?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| tls_err("reading", cert, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| tls_err("parsing", cert, e))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| tls_err("reading key", key, e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| AuthError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
         .map_err(|e| tls_err("certificate and key", cert, e))?;
     Ok(Arc::new(config))
 }

@@ -30,14 +30,34 @@ use crate::manifest::Manifest;
 /// instead of finding out at its next write or failed read).
 pub type OnMerged = Arc<dyn Fn(&JobSpec, &Manifest) + Send + Sync>;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkerOptions {
     pub bootstrap: String,
     pub group_id: String,
     pub node_id: i32,
     pub scratch_dir: PathBuf,
+    /// More librdkafka properties: how to connect and authenticate
+    /// (`security.protocol`, `sasl.*`, `ssl.*`).
+    pub client_properties: Vec<(String, String)>,
     /// What this worker's merges read and wrote.
     pub totals: Arc<MergeTotals>,
+}
+
+impl std::fmt::Debug for WorkerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: Vec<(&str, &str)> = self
+            .client_properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), if k.contains("password") { "***" } else { v }))
+            .collect();
+        f.debug_struct("WorkerOptions")
+            .field("bootstrap", &self.bootstrap)
+            .field("group_id", &self.group_id)
+            .field("node_id", &self.node_id)
+            .field("scratch_dir", &self.scratch_dir)
+            .field("client_properties", &properties)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Merges done and the segment bytes they read and wrote.
@@ -55,6 +75,7 @@ impl WorkerOptions {
             group_id: WORKER_GROUP.to_string(),
             node_id,
             scratch_dir,
+            client_properties: Vec::new(),
             totals: Arc::default(),
         }
     }
@@ -67,7 +88,11 @@ pub async fn run(
     on_merged: Option<OnMerged>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), CompactionError> {
-    let consumer: StreamConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    for (k, v) in &opts.client_properties {
+        config.set(k, v);
+    }
+    let consumer: StreamConsumer = config
         .set("bootstrap.servers", &opts.bootstrap)
         .set("group.id", &opts.group_id)
         .set("enable.auto.commit", "false")

@@ -21,7 +21,7 @@ use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
 use anyhow::Context;
 
-use crate::api::{Broker, Listeners};
+use crate::api::{Broker, InterBroker, Listeners};
 use crate::auth::{
     self,
     credentials::{Change, Credentials},
@@ -32,7 +32,7 @@ use crate::cluster::Endpoint;
 use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, MergeTotals, OnMerged, WorkerOptions};
-use crate::config::{BrokerConfig, FsyncPolicy, SecurityProtocol};
+use crate::config::{BrokerConfig, FsyncPolicy, SaslLogin, SecurityProtocol};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
 use crate::coordinator::txn::TxnCoordinator;
@@ -111,6 +111,7 @@ impl Server {
             requeue_after: REQUEUE_AFTER,
         };
         let specs = config.listeners().map_err(anyhow::Error::msg)?;
+        let (inter_spec, inter_login) = config.inter_broker().map_err(anyhow::Error::msg)?;
         // Client certificates only on SSL listeners: a SASL_SSL client
         // proves itself with SASL (Kafka's KIP-684).
         let acceptor = |protocol: SecurityProtocol| -> anyhow::Result<_> {
@@ -157,6 +158,27 @@ impl Server {
             bound.push((listener, spec.clone(), addr, tls));
         }
         let local_addr = bound[0].2;
+        let bound_addrs: Vec<SocketAddr> = bound.iter().map(|b| b.2).collect();
+        let inter_index = specs
+            .iter()
+            .position(|s| s.name == inter_spec.name)
+            .expect("inter_broker() picked a configured listener");
+        let inter_tls = match inter_spec.protocol.tls() {
+            false => None,
+            true => {
+                let (Some(ca), Some(cert), Some(key)) = (
+                    &config.ssl_ca_file,
+                    &config.ssl_cert_file,
+                    &config.ssl_key_file,
+                ) else {
+                    anyhow::bail!(
+                        "the inter-broker listener {} uses TLS: its clients trust --ssl-ca-file, which is not given",
+                        inter_spec.name
+                    );
+                };
+                Some((auth::tls::client_config(ca, cert, key)?, ca, cert, key))
+            }
+        };
         let (host, port) = (endpoints[0].host.clone(), endpoints[0].port as i32);
         let joined = match &config.cluster {
             Some(url) => {
@@ -173,6 +195,9 @@ impl Server {
         };
         let credentials = Arc::new(credentials);
         add_scram_users(&credentials, &config.add_scram).await?;
+        if let Some(login) = &inter_login {
+            add_inter_broker_user(&credentials, login).await?;
+        }
         let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
         let catalog = Arc::new(catalog);
         if let Some(j) = &joined {
@@ -259,6 +284,11 @@ impl Server {
             Listeners {
                 endpoints: endpoints.clone(),
                 credentials: credentials.clone(),
+                inter_broker: Arc::new(InterBroker::new(
+                    inter_spec.name.clone(),
+                    inter_tls.as_ref().map(|t| t.0.clone()),
+                    inter_login.clone(),
+                )),
             },
         );
         let request_metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
@@ -292,15 +322,26 @@ impl Server {
         ));
         let merges = Arc::new(MergeTotals::default());
         if config.compaction_worker {
-            let bootstrap = if local_addr.ip().is_unspecified() {
-                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local_addr.port())
+            // Its own listener's bound address; through TLS the advertised
+            // host, the name the certificate is for.
+            let addr = bound_addrs[inter_index];
+            let bootstrap = if inter_tls.is_some() {
+                let e = &endpoints[inter_index];
+                format!("{}:{}", e.host, e.port)
+            } else if addr.ip().is_unspecified() {
+                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port()).to_string()
             } else {
-                local_addr
+                addr.to_string()
             };
             let mut opts = WorkerOptions::new(
-                bootstrap.to_string(),
+                bootstrap,
                 config.node_id,
                 config.data_dir.join("compaction"),
+            );
+            opts.client_properties = worker_security(
+                inter_spec.protocol,
+                inter_login.as_ref(),
+                inter_tls.as_ref(),
             );
             opts.totals = merges.clone();
             tokio::spawn(run_compaction_worker(
@@ -465,6 +506,82 @@ impl Server {
         tracing::info!("shutdown complete");
         Ok(())
     }
+}
+
+/// librdkafka's settings for the inter-broker listener (`ssl.*` as the
+/// listener's own files: the CA it trusts, the broker's certificate).
+fn worker_security(
+    protocol: SecurityProtocol,
+    login: Option<&SaslLogin>,
+    tls: Option<&InterBrokerTls<'_>>,
+) -> Vec<(String, String)> {
+    let mut out = vec![(
+        "security.protocol".to_string(),
+        protocol.name().to_ascii_lowercase(),
+    )];
+    if let Some(login) = login {
+        out.push(("sasl.mechanisms".into(), login.mechanism.clone()));
+        out.push(("sasl.username".into(), login.username.clone()));
+        out.push(("sasl.password".into(), login.password.clone()));
+    }
+    if let Some((_, ca, cert, key)) = tls {
+        for (k, path) in [
+            ("ssl.ca.location", ca),
+            ("ssl.certificate.location", cert),
+            ("ssl.key.location", key),
+        ] {
+            out.push((k.into(), path.display().to_string()));
+        }
+    }
+    out
+}
+
+type InterBrokerTls<'a> = (
+    Arc<rustls::ClientConfig>,
+    &'a std::path::PathBuf,
+    &'a std::path::PathBuf,
+    &'a std::path::PathBuf,
+);
+
+/// The broker's own SASL user gets a SCRAM credential from its configured
+/// password when it has none for the mechanism (for PLAIN: none at all), so
+/// that a fresh deployment needs no step before its brokers can talk.
+async fn add_inter_broker_user(credentials: &Credentials, login: &SaslLogin) -> anyhow::Result<()> {
+    let have = credentials.user(&login.username).await?;
+    let mechanism = match auth::scram::Mechanism::from_name(&login.mechanism) {
+        Some(m) => m,
+        // PLAIN is checked against any SCRAM credential.
+        None if !have.is_empty() => return Ok(()),
+        None => auth::scram::Mechanism::Sha512,
+    };
+    if have.contains_key(mechanism.name()) {
+        return Ok(());
+    }
+    let salt = uuid::Uuid::new_v4().as_bytes().to_vec();
+    let credential = tokio::task::spawn_blocking({
+        let password = login.password.clone();
+        move || {
+            auth::scram::Credential::from_password(
+                mechanism,
+                &password,
+                &salt,
+                auth::scram::MIN_ITERATIONS,
+            )
+        }
+    })
+    .await?;
+    credentials
+        .alter(vec![(
+            login.username.clone(),
+            Change::Upsert(mechanism, credential),
+        )])
+        .await?;
+    tracing::info!(
+        user = login.username,
+        mechanism = mechanism.name(),
+        "created the SCRAM credential of the inter-broker user from its configured password"
+    );
+    Ok(())
 }
 
 /// Creates the `--add-scram` credentials a user does not have yet.

@@ -36,6 +36,9 @@ pub struct Settings {
     pub compaction_worker: bool,
     /// More `strata serve` flags for every broker.
     pub extra: Vec<String>,
+    /// The security protocol of each broker's one listener (on its port);
+    /// `None`: PLAINTEXT.
+    pub protocol: Option<&'static str>,
 }
 
 impl Default for Settings {
@@ -44,6 +47,7 @@ impl Default for Settings {
             lease_ttl: LEASE_TTL,
             compaction_worker: false,
             extra: Vec::new(),
+            protocol: None,
         }
     }
 }
@@ -114,6 +118,13 @@ impl Cluster {
             "--compaction-worker",
             &worker,
         ];
+        let listener = self
+            .settings
+            .protocol
+            .map(|p| format!("{p}://127.0.0.1:{}", entry.port));
+        if let Some(l) = &listener {
+            args.extend(["--listener", l.as_str()]);
+        }
         args.extend(self.settings.extra.iter().map(String::as_str));
         entry.process = Some(Process::start(entry.dir.path(), entry.port, &args));
     }
