@@ -1,7 +1,8 @@
 # Strata broker image. Two stages: the build stage compiles the broker with
 # the Rust toolchain; the runtime stage is debian:bookworm-slim with the
-# binary, CA certificates (S3 over TLS) and curl (the health check), run as
-# the unprivileged user `strata` that owns /data.
+# binary, CA certificates (S3 over TLS), OpenSSL (librdkafka's TLS and SCRAM)
+# and curl (the health check), run as the unprivileged user `strata` that
+# owns /data.
 #
 # Every flag of `strata serve` is also an environment variable (STRATA_*,
 # see `strata serve --help` and the README's Docker section).
@@ -14,15 +15,16 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# etcd-client (cluster mode) compiles etcd's protobuf definitions at build time.
-RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler && rm -rf /var/lib/apt/lists/*
+# etcd-client (cluster mode) compiles etcd's protobuf definitions at build time;
+# librdkafka (the compaction worker) links OpenSSL for SSL and SCRAM.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler libssl-dev pkg-config && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
 COPY vendor ./vendor
 COPY src ./src
 RUN cargo build --release --locked --bin strata
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl libssl3 && rm -rf /var/lib/apt/lists/*
 RUN (getent group strata || groupadd --system --gid 10001 strata) && (getent passwd strata || useradd --system --uid 10001 --gid strata --home-dir /data --no-create-home --shell /usr/sbin/nologin strata) && mkdir -p /data && chown strata:strata /data
 COPY --from=build /src/target/release/strata /usr/local/bin/strata
 ENV STRATA_DATA_DIR=/data STRATA_LISTEN=0.0.0.0:9092 STRATA_METRICS_LISTEN=0.0.0.0:9644

@@ -4,6 +4,7 @@
 #     deliberately the old client we want to stay compatible with)
 #   - protoc (building etcd-client) and the etcd server (tests/cluster*.rs start a
 #     real etcd per test, integration/cluster one for its 3 brokers), both Debian packages
+#   - libssl-dev and pkg-config (librdkafka built with OpenSSL)
 #   - the Python client libraries pinned in integration/python/requirements.txt
 # The Java suite (integration/java) resolves its own dependencies through Maven.
 set -euo pipefail
@@ -22,6 +23,9 @@ kcat -V 2>&1 | grep -m1 -i 'librdkafka' >&2 || true
 missing=()
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+# librdkafka's SSL and SCRAM (the rdkafka crate's `ssl` feature) link OpenSSL.
+dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing ${missing[*]} via apt" >&2
   $SUDO apt-get update -qq
