@@ -1,6 +1,6 @@
-//! Listeners and SASL through librdkafka (PLAIN; this build of it has no
-//! OpenSSL, so SCRAM and TLS are tested with kcat, confluent-kafka and the
-//! Java client in integration/security) and the raw protocol: what is
+//! Listeners and SASL through librdkafka (PLAIN here; SCRAM and TLS through
+//! it in inter_broker.rs, and with kcat, confluent-kafka and the Java client
+//! in integration/security) and the raw protocol: what is
 //! answered before authentication, failure delay, KIP-368 session lifetime,
 //! and the errors of Alter/DescribeUserScramCredentials.
 

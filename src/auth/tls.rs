@@ -85,10 +85,22 @@ pub fn server_config(
 }
 
 /// The client side, for the broker's own connections to a TLS listener:
-/// it trusts `ca` and presents the broker's certificate, so that a listener
-/// requiring client certificates admits it (as the certificate's subject).
-pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<Arc<ClientConfig>, AuthError> {
-    let roots = roots(ca)?;
+/// it trusts `ca` (without one, the system's CAs, as librdkafka does) and
+/// presents the broker's certificate, so that a listener requiring client
+/// certificates admits it (as the certificate's subject).
+pub fn client_config(
+    ca: Option<&Path>,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ClientConfig>, AuthError> {
+    let roots = match ca {
+        Some(ca) => roots(ca)?,
+        None => {
+            let mut roots = RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            roots
+        }
+    };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| tls_err("reading", cert, e))?
         .collect::<Result<_, _>>()

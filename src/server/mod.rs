@@ -163,21 +163,14 @@ impl Server {
             .iter()
             .position(|s| s.name == inter_spec.name)
             .expect("inter_broker() picked a configured listener");
-        let inter_tls = match inter_spec.protocol.tls() {
-            false => None,
-            true => {
-                let (Some(ca), Some(cert), Some(key)) = (
-                    &config.ssl_ca_file,
-                    &config.ssl_cert_file,
-                    &config.ssl_key_file,
-                ) else {
-                    anyhow::bail!(
-                        "the inter-broker listener {} uses TLS: its clients trust --ssl-ca-file, which is not given",
-                        inter_spec.name
-                    );
-                };
-                Some((auth::tls::client_config(ca, cert, key)?, ca, cert, key))
+        // The acceptor above already required the certificate and key of a TLS listener.
+        let inter_tls = match (&config.ssl_cert_file, &config.ssl_key_file) {
+            (Some(cert), Some(key)) if inter_spec.protocol.tls() => {
+                let ca = config.ssl_ca_file.as_ref();
+                let tls = auth::tls::client_config(ca.map(|p| p.as_path()), cert, key)?;
+                Some((tls, ca, cert, key))
             }
+            _ => None,
         };
         let (host, port) = (endpoints[0].host.clone(), endpoints[0].port as i32);
         let joined = match &config.cluster {
@@ -525,20 +518,25 @@ fn worker_security(
         out.push(("sasl.password".into(), login.password.clone()));
     }
     if let Some((_, ca, cert, key)) = tls {
-        for (k, path) in [
-            ("ssl.ca.location", ca),
-            ("ssl.certificate.location", cert),
-            ("ssl.key.location", key),
-        ] {
-            out.push((k.into(), path.display().to_string()));
+        let files = [
+            ("ssl.ca.location", *ca),
+            ("ssl.certificate.location", Some(*cert)),
+            ("ssl.key.location", Some(*key)),
+        ];
+        for (k, path) in files {
+            if let Some(path) = path {
+                out.push((k.into(), path.display().to_string()));
+            }
         }
     }
     out
 }
 
+/// The inter-broker TLS client config and the CA (none: the system's),
+/// certificate and key files.
 type InterBrokerTls<'a> = (
     Arc<rustls::ClientConfig>,
-    &'a std::path::PathBuf,
+    Option<&'a std::path::PathBuf>,
     &'a std::path::PathBuf,
     &'a std::path::PathBuf,
 );
