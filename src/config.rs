@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+pub use crate::auth::tls::ClientAuth;
+
 /// When appended data is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FsyncPolicy {
@@ -19,14 +21,75 @@ pub enum FsyncPolicy {
 
 #[derive(Debug, Clone, Args)]
 pub struct BrokerConfig {
-    /// Address to listen on.
+    /// Address to listen on: one PLAINTEXT listener (ignored when --listener is given).
     #[arg(long, env = "STRATA_LISTEN", default_value = "0.0.0.0:9092")]
     pub listen: SocketAddr,
 
-    /// host:port that clients are told to connect to (default: the listen
-    /// address, with 0.0.0.0 replaced by localhost).
-    #[arg(long, env = "STRATA_ADVERTISED_LISTENER")]
-    pub advertised_listener: Option<String>,
+    /// What clients are told to connect to, per listener: `NAME://host:port`
+    /// (Kafka's advertised.listeners), repeated or comma-separated. A bare
+    /// `host:port` stands for the first listener. Default: each listener's
+    /// address, with 0.0.0.0 replaced by localhost.
+    #[arg(long, env = "STRATA_ADVERTISED_LISTENER", value_delimiter = ',')]
+    pub advertised_listener: Vec<String>,
+
+    /// A listener, `NAME://host:port` (Kafka's listeners), repeated or
+    /// comma-separated: `--listener PLAINTEXT://0.0.0.0:9092 --listener
+    /// SASL_SSL://0.0.0.0:9093`. The names PLAINTEXT, SSL, SASL_PLAINTEXT and
+    /// SASL_SSL are their own security protocols; other names need
+    /// --listener-security-protocol-map.
+    #[arg(long, env = "STRATA_LISTENERS", value_delimiter = ',')]
+    pub listener: Vec<String>,
+
+    /// `NAME:PROTOCOL,...` (Kafka's listener.security.protocol.map) for
+    /// listener names that are not protocol names themselves.
+    #[arg(long, env = "STRATA_LISTENER_SECURITY_PROTOCOL_MAP")]
+    pub listener_security_protocol_map: Option<String>,
+
+    /// PEM certificate chain of SSL and SASL_SSL listeners (ssl.keystore.certificate.chain).
+    #[arg(long, env = "STRATA_SSL_CERT_FILE")]
+    pub ssl_cert_file: Option<PathBuf>,
+
+    /// PEM private key of that certificate (ssl.keystore.key).
+    #[arg(long, env = "STRATA_SSL_KEY_FILE")]
+    pub ssl_key_file: Option<PathBuf>,
+
+    /// PEM CA certificates that client certificates must chain to (ssl.truststore.certificates).
+    #[arg(long, env = "STRATA_SSL_CA_FILE")]
+    pub ssl_ca_file: Option<PathBuf>,
+
+    /// Client certificates on SSL listeners (ssl.client.auth); a trusted
+    /// certificate's subject becomes the principal.
+    #[arg(long, env = "STRATA_SSL_CLIENT_AUTH", value_enum, default_value_t = ClientAuth::None)]
+    pub ssl_client_auth: ClientAuth,
+
+    /// SASL mechanisms offered (sasl.enabled.mechanisms).
+    #[arg(
+        long,
+        env = "STRATA_SASL_ENABLED_MECHANISMS",
+        value_delimiter = ',',
+        default_value = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    )]
+    pub sasl_enabled_mechanisms: Vec<String>,
+
+    /// Creates a SCRAM credential at start unless the user already has one
+    /// for that mechanism, as `kafka-storage.sh format --add-scram`:
+    /// `SCRAM-SHA-512=[name=alice,password=secret]`. Repeatable.
+    #[arg(long, env = "STRATA_ADD_SCRAM", value_delimiter = ';')]
+    pub add_scram: Vec<String>,
+
+    /// Longest SASL session before the client must re-authenticate (KIP-368,
+    /// connections.max.reauth.ms); 0: no limit.
+    #[arg(long, env = "STRATA_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
+    pub connections_max_reauth_ms: u64,
+
+    /// Delay before answering a failed authentication and closing
+    /// (connection.failed.authentication.delay.ms).
+    #[arg(
+        long,
+        env = "STRATA_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS",
+        default_value_t = 100
+    )]
+    pub connection_failed_authentication_delay_ms: u64,
 
     /// Serve Prometheus metrics (`/metrics`) and health checks (`/healthz`,
     /// `/readyz`) over HTTP on this address; off when not given.
@@ -220,6 +283,36 @@ pub struct BrokerConfig {
     #[arg(long, hide = true, default_value_t = 0)]
     pub txn_marker_delay_ms: u64,
 
+    /// Most connections the broker holds open (max.connections); at the
+    /// limit it stops accepting until one closes.
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS", default_value_t = i32::MAX as usize)]
+    pub max_connections: usize,
+
+    /// Most connections from one address (max.connections.per.ip); one more
+    /// is closed as soon as it is accepted.
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS_PER_IP", default_value_t = i32::MAX as usize)]
+    pub max_connections_per_ip: usize,
+
+    /// Per-address exceptions to --max-connections-per-ip, as
+    /// `address:count,...` (max.connections.per.ip.overrides).
+    #[arg(
+        long,
+        env = "STRATA_MAX_CONNECTIONS_PER_IP_OVERRIDES",
+        default_value = "",
+        value_parser = parse_ip_overrides
+    )]
+    pub max_connections_per_ip_overrides: IpOverrides,
+
+    /// A connection that sends no request for this long is closed
+    /// (connections.max.idle.ms); 0 or less keeps idle connections.
+    #[arg(
+        long,
+        env = "STRATA_CONNECTIONS_MAX_IDLE_MS",
+        default_value_t = 600_000,
+        allow_negative_numbers = true
+    )]
+    pub connections_max_idle_ms: i64,
+
     /// Log filter (error, warn, info, debug, trace or a tracing directive).
     #[arg(long, env = "STRATA_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -276,6 +369,28 @@ pub struct BrokerConfig {
     /// group as `strata compact` workers.
     #[arg(long, env = "STRATA_COMPACTION_WORKER", default_value_t = true, action = clap::ArgAction::Set)]
     pub compaction_worker: bool,
+
+    /// Authorize every request with ACLs (Kafka's `authorizer.class.name`):
+    /// `acl`. Without it every request is allowed.
+    #[arg(long, env = "STRATA_AUTHORIZER", value_enum)]
+    pub authorizer: Option<AuthorizerKind>,
+
+    /// Principals allowed everything, `;`-separated (`super.users`), e.g.
+    /// `User:admin;User:ops`.
+    #[arg(long, env = "STRATA_SUPER_USERS", default_value = "")]
+    pub super_users: String,
+
+    /// Allow a request on a resource that no ACL names
+    /// (`allow.everyone.if.no.acl.found`).
+    #[arg(long, env = "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_everyone_if_no_acl_found: bool,
+}
+
+/// `--authorizer`: which authorizer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthorizerKind {
+    /// Kafka's ACLs (Create/Describe/DeleteAcls), like `StandardAuthorizer`.
+    Acl,
 }
 
 /// Where sealed segments live; shared by `strata serve`, `strata compact`
@@ -306,22 +421,78 @@ pub struct StoreArgs {
 }
 
 impl BrokerConfig {
-    /// The advertised (host, port).
-    pub fn advertised(&self) -> (String, i32) {
-        if let Some(adv) = &self.advertised_listener {
-            if let Some((host, port)) = adv.rsplit_once(':') {
-                if let Ok(port) = port.parse() {
-                    return (host.trim_matches(['[', ']']).to_string(), port);
-                }
-            }
-            return (adv.clone(), self.listen.port() as i32);
+    /// The listeners to open: `--listener`s, else one PLAINTEXT on `--listen`.
+    pub fn listeners(&self) -> Result<Vec<ListenerSpec>, String> {
+        let map = parse_protocol_map(self.listener_security_protocol_map.as_deref())?;
+        let mut out: Vec<ListenerSpec> = Vec::new();
+        if self.listener.is_empty() {
+            out.push(ListenerSpec {
+                name: "PLAINTEXT".to_string(),
+                protocol: SecurityProtocol::Plaintext,
+                bind: self.listen,
+                advertised: None,
+            });
         }
-        let host = if self.listen.ip().is_unspecified() {
-            "localhost".to_string()
-        } else {
-            self.listen.ip().to_string()
-        };
-        (host, self.listen.port() as i32)
+        for l in &self.listener {
+            let (name, host, port) = parse_listener(l)?;
+            let protocol = match map.iter().find(|(n, _)| *n == name) {
+                Some((_, p)) => *p,
+                None => SecurityProtocol::from_name(&name).ok_or_else(|| {
+                    format!("listener {name} has no security protocol: name it in --listener-security-protocol-map")
+                })?,
+            };
+            let host = if host.is_empty() {
+                "0.0.0.0".to_string()
+            } else {
+                host
+            };
+            let bind = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                .map_err(|e| format!("listener {l}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("listener {l}: no address"))?;
+            if out.iter().any(|o| o.name == name) {
+                return Err(format!("listener {name} given twice"));
+            }
+            out.push(ListenerSpec {
+                name,
+                protocol,
+                bind,
+                advertised: None,
+            });
+        }
+        for (i, adv) in self.advertised_listener.iter().enumerate() {
+            let (name, host, port) = if adv.contains("://") {
+                parse_listener(adv)?
+            } else if i == 0 {
+                let (host, port) = match adv.rsplit_once(':') {
+                    Some((h, p)) => (
+                        h.to_string(),
+                        p.parse().map_err(|_| format!("bad port in {adv}"))?,
+                    ),
+                    None => (adv.clone(), 0),
+                };
+                (
+                    out[0].name.clone(),
+                    host.trim_matches(['[', ']']).to_string(),
+                    port,
+                )
+            } else {
+                return Err(format!("advertised listener {adv} needs a NAME:// prefix"));
+            };
+            let spec = out
+                .iter_mut()
+                .find(|o| o.name == name)
+                .ok_or_else(|| format!("advertised listener {adv} names no --listener"))?;
+            spec.advertised = Some((host, port));
+        }
+        Ok(out)
+    }
+
+    /// Whether any listener speaks SASL.
+    pub fn any_sasl(&self) -> bool {
+        self.listeners()
+            .map(|ls| ls.iter().any(|l| l.protocol.sasl()))
+            .unwrap_or(false)
     }
 
     pub fn coordinator(&self) -> crate::coordinator::CoordinatorConfig {
@@ -355,9 +526,111 @@ impl BrokerConfig {
         }
     }
 
+    /// The authorizer's settings.
+    pub fn access(&self) -> crate::access::AccessSettings {
+        crate::access::AccessSettings {
+            authorizer: self.authorizer.is_some(),
+            acl: crate::access::acl::AuthorizerSettings {
+                super_users: self
+                    .super_users
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+            },
+        }
+    }
+
     pub fn fsync_interval(&self) -> Duration {
         Duration::from_millis(self.fsync_interval_ms.max(1))
     }
+}
+
+/// Kafka's security protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn from_name(name: &str) -> Option<SecurityProtocol> {
+        Some(match name {
+            "PLAINTEXT" => SecurityProtocol::Plaintext,
+            "SSL" => SecurityProtocol::Ssl,
+            "SASL_PLAINTEXT" => SecurityProtocol::SaslPlaintext,
+            "SASL_SSL" => SecurityProtocol::SaslSsl,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+/// One listener as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub bind: SocketAddr,
+    /// (host, port) clients are told; port 0: the port bound.
+    pub advertised: Option<(String, u16)>,
+}
+
+/// `NAME://host:port`; the host may be empty or an IPv6 address in brackets.
+fn parse_listener(s: &str) -> Result<(String, String, u16), String> {
+    let (name, addr) = s
+        .split_once("://")
+        .ok_or_else(|| format!("listener {s:?}: expected NAME://host:port"))?;
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("listener {s:?}: no port"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("listener {s:?}: bad port"))?;
+    let name = name.to_ascii_uppercase();
+    if name.is_empty() {
+        return Err(format!("listener {s:?}: empty name"));
+    }
+    Ok((name, host.trim_matches(['[', ']']).to_string(), port))
+}
+
+fn parse_protocol_map(s: Option<&str>) -> Result<Vec<(String, SecurityProtocol)>, String> {
+    let Some(s) = s else { return Ok(Vec::new()) };
+    s.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (name, proto) = e
+                .split_once(':')
+                .ok_or_else(|| format!("protocol map entry {e:?}: expected NAME:PROTOCOL"))?;
+            let proto = SecurityProtocol::from_name(&proto.to_ascii_uppercase())
+                .ok_or_else(|| format!("protocol map entry {e:?}: unknown protocol"))?;
+            Ok((name.to_ascii_uppercase(), proto))
+        })
+        .collect()
 }
 
 /// The server assignors named by `--group-consumer-assignors`.
@@ -381,4 +654,103 @@ fn parse_assignors(value: &str) -> Result<Assignors, String> {
         return Err("at least one assignor is needed".to_string());
     }
     Ok(Assignors(out))
+}
+
+/// `--max-connections-per-ip-overrides`: `address:count` pairs separated by
+/// commas, as Kafka's `max.connections.per.ip.overrides` (addresses only,
+/// no host names to resolve).
+#[derive(Debug, Clone, Default)]
+pub struct IpOverrides(pub std::collections::HashMap<std::net::IpAddr, usize>);
+
+pub fn parse_ip_overrides(value: &str) -> Result<IpOverrides, String> {
+    let mut out = std::collections::HashMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (ip, n) = pair
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{pair}: expected address:count"))?;
+        let ip: std::net::IpAddr = ip
+            .trim_matches(['[', ']'])
+            .parse()
+            .map_err(|e| format!("{pair}: {e}"))?;
+        let n: usize = n.parse().map_err(|e| format!("{pair}: {e}"))?;
+        out.insert(ip, n);
+    }
+    Ok(IpOverrides(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: BrokerConfig,
+    }
+
+    fn config(args: &[&str]) -> BrokerConfig {
+        let mut all = vec!["strata"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).config
+    }
+
+    #[test]
+    fn listeners_default_to_one_plaintext_on_listen() {
+        let c = config(&[
+            "--listen",
+            "127.0.0.1:9999",
+            "--advertised-listener",
+            "kafka:19092",
+        ]);
+        let ls = c.listeners().unwrap();
+        assert_eq!(ls.len(), 1);
+        assert_eq!(ls[0].name, "PLAINTEXT");
+        assert_eq!(ls[0].protocol, SecurityProtocol::Plaintext);
+        assert_eq!(ls[0].bind, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(ls[0].advertised, Some(("kafka".to_string(), 19092)));
+    }
+
+    #[test]
+    fn named_listeners_take_protocols_from_names_or_the_map() {
+        let c = config(&[
+            "--listener",
+            "PLAINTEXT://127.0.0.1:9092,INTERNAL://:9093",
+            "--listener",
+            "SASL_SSL://127.0.0.1:9094",
+            "--listener-security-protocol-map",
+            "INTERNAL:SASL_PLAINTEXT",
+            "--advertised-listener",
+            "SASL_SSL://broker.example.com:443",
+        ]);
+        let ls = c.listeners().unwrap();
+        let protos: Vec<_> = ls.iter().map(|l| (l.name.as_str(), l.protocol)).collect();
+        assert_eq!(
+            protos,
+            [
+                ("PLAINTEXT", SecurityProtocol::Plaintext),
+                ("INTERNAL", SecurityProtocol::SaslPlaintext),
+                ("SASL_SSL", SecurityProtocol::SaslSsl)
+            ]
+        );
+        assert!(ls[1].bind.ip().is_unspecified());
+        assert_eq!(
+            ls[2].advertised,
+            Some(("broker.example.com".to_string(), 443))
+        );
+        assert!(config(&["--listener", "CUSTOM://:1"]).listeners().is_err());
+        assert!(
+            config(&["--listener", "SSL://:1", "--listener", "SSL://:2"])
+                .listeners()
+                .is_err()
+        );
+        assert!(config(&[
+            "--listener",
+            "SSL://:1",
+            "--advertised-listener",
+            "SASL_SSL://h:1"
+        ])
+        .listeners()
+        .is_err());
+    }
 }

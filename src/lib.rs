@@ -11,7 +11,7 @@
 //!               membership, leaders and epochs agreed in etcd
 //! manifest      the object layout and the manifest versions tier and compaction write
 //! wal           cluster mode's write-ahead log: the head of every partition, in the store
-//! catalog       topics, configs, producer ids
+//! catalog       topics, configs, producer ids   access  ACLs, quotas
 //! log           partitions: segments on local disk, producer state
 //! format        bytes on disk and on the wire: batches, records, key indexes, file names
 //! ```
@@ -25,7 +25,9 @@
 //! time and random ids come from `clock`, handed down from the server, so
 //! timeouts and retention can be tested without waiting for them.
 
+pub mod access;
 pub(crate) mod api;
+pub mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod cluster;

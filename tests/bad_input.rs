@@ -164,11 +164,20 @@ async fn unknown_api_versions_get_the_v0_fallback_and_unknown_apis_are_closed() 
     raw.send_bytes(&[0, 0, 0, 10, 0x27, 0x0f, 0, 0, 0, 0, 0, 1, 0xff, 0xff])
         .await;
     assert!(raw.is_closed().await);
-    // An API that exists in Kafka but that this broker does not advertise.
+    // An API that exists in Kafka but that this broker does not advertise
+    // (ControlledShutdown, key 7).
+    let mut raw = Raw::connect(broker.addr()).await;
+    raw.send_bytes(&[0, 0, 0, 10, 0, 7, 0, 3, 0, 0, 0, 1, 0xff, 0xff])
+        .await;
+    assert!(raw.is_closed().await);
+    // A SASL handshake on a PLAINTEXT listener is answered, as Kafka does.
     let mut raw = Raw::connect(broker.addr()).await;
     raw.send(ApiKey::SaslHandshake, 1, &SaslHandshakeRequest::default())
         .await;
-    assert!(raw.is_closed().await);
+    let mut resp = raw.read_frame().await.expect("SaslHandshake response");
+    ResponseHeader::decode(&mut resp, 0).unwrap();
+    let body = SaslHandshakeResponse::decode(&mut resp, 1).unwrap();
+    assert_eq!(body.error_code, ResponseError::IllegalSaslState.code());
 
     still_healthy(&broker).await;
 }

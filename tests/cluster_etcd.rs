@@ -22,6 +22,7 @@ const SOON: Duration = Duration::from_secs(10);
 
 fn info(node_id: NodeId) -> BrokerInfo {
     BrokerInfo {
+        listeners: Vec::new(),
         node_id,
         host: "127.0.0.1".into(),
         port: 9000 + node_id as u16,

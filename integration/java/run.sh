@@ -37,6 +37,9 @@
 #                       kafka-transactions list / describe / describe-producers
 #   StreamsEosTest      Kafka Streams word count (KTable) under exactly_once_v2 on a private broker: exact
 #                       counts, also across kill -9 and restart of the broker mid-run
+#   AclsQuotasTest      kafka-acls add/list/remove, a topic without READ refused and hidden, kafka-configs client
+#                       quotas, on a private broker with --authorizer acl
+#   AclsSaslTest        ACLs for SASL PLAIN principals (super user admin, user alice) on a private SASL broker
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session
 # timeout, consumer-protocol heartbeats every 500 ms and 3 s sessions) so group tests are fast; members then use session.timeout.ms=GROUP_SESSION_TIMEOUT_MS (3000).

@@ -171,24 +171,51 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
     } else {
         "broker,controller"
     };
+    let specs = cfg.listeners().unwrap_or_default();
+    let listeners = specs
+        .iter()
+        .map(|l| format!("{}://{}", l.name, l.bind))
+        .collect::<Vec<_>>()
+        .join(",");
+    let protocol_map = specs
+        .iter()
+        .map(|l| format!("{}:{}", l.name, l.protocol.name()))
+        .collect::<Vec<_>>()
+        .join(",");
     let mut entries = vec![
         flag("node.id", broker.node_id.to_string(), ConfigType::Int),
         flag("broker.id", broker.node_id.to_string(), ConfigType::Int),
         fixed("process.roles", roles, ConfigType::List),
-        flag(
-            "listeners",
-            format!("PLAINTEXT://{}", cfg.listen),
-            ConfigType::List,
-        ),
+        flag("listeners", listeners.clone(), ConfigType::List),
         flag(
             "advertised.listeners",
-            format!("PLAINTEXT://{}:{}", broker.host, broker.port),
+            broker
+                .endpoints
+                .iter()
+                .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
+                .collect::<Vec<_>>()
+                .join(","),
             ConfigType::List,
         ),
-        fixed(
+        flag(
             "listener.security.protocol.map",
-            "PLAINTEXT:PLAINTEXT",
+            protocol_map,
             ConfigType::List,
+        ),
+        flag(
+            "sasl.enabled.mechanisms",
+            cfg.sasl_enabled_mechanisms.join(","),
+            ConfigType::List,
+        ),
+        flag(
+            "connections.max.reauth.ms",
+            cfg.connections_max_reauth_ms.to_string(),
+            ConfigType::Long,
+        ),
+        flag(
+            "connection.failed.authentication.delay.ms",
+            cfg.connection_failed_authentication_delay_ms.to_string(),
+            ConfigType::Int,
         ),
         fixed(
             "inter.broker.listener.name",

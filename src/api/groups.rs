@@ -79,26 +79,28 @@ fn opt(v: &Option<StrBytes>) -> Option<String> {
 
 /// Every group's coordinator: this broker alone, or in cluster mode the
 /// leader of the offsets topic's partition (it has one), as in Kafka.
-fn group_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
-    let Some(cluster) = &broker.cluster else {
-        return Some((broker.node_id, broker.host.clone(), broker.port));
+fn group_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
+    let leader = match &broker.cluster {
+        None => broker.node_id,
+        Some(cluster) => {
+            let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
+            cluster.leader_of(offsets.id(), 0)?.0
+        }
     };
-    let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
-    let (leader, _) = cluster.leader_of(offsets.id(), 0)?;
-    super::metadata::brokers(broker)
+    super::metadata::brokers(broker, Some(listener))
         .into_iter()
         .find(|(id, _, _)| *id == leader)
 }
 
 /// Every transactional id's coordinator: this broker alone, or the leader
 /// of `__transaction_state`'s partition.
-fn txn_coordinator(broker: &Broker) -> Option<(i32, String, i32)> {
+fn txn_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
     let Some(cluster) = &broker.cluster else {
-        return Some((broker.node_id, broker.host.clone(), broker.port));
+        return group_coordinator(broker, listener);
     };
     let txn = broker.catalog.topic(TXN_TOPIC)?;
     let (leader, _) = cluster.leader_of(txn.id(), 0)?;
-    super::metadata::brokers(broker)
+    super::metadata::brokers(broker, Some(listener))
         .into_iter()
         .find(|(id, _, _)| *id == leader)
 }
@@ -107,12 +109,13 @@ pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let answer = |key: &StrBytes| {
         let c = Coordinator::default().with_key(key.clone());
         let found = match req.key_type {
-            GROUP_KEY_TYPE => group_coordinator(broker),
-            TRANSACTION_KEY_TYPE => txn_coordinator(broker),
+            GROUP_KEY_TYPE => group_coordinator(broker, listener),
+            TRANSACTION_KEY_TYPE => txn_coordinator(broker, listener),
             _ => {
                 return c
                     .with_error_code(ResponseError::InvalidRequest.code())

@@ -32,12 +32,14 @@ pub fn produce(
     broker: &Arc<Broker>,
     pending: impl Future<Output = Option<ProduceResponse>> + Send + 'static,
     version: i16,
+    listener: &str,
 ) -> impl Future<Output = Option<ProduceResponse>> + Send + 'static {
     let broker = broker.clone();
+    let listener = listener.to_string();
     async move {
         let mut resp = pending.await?;
         if version >= PRODUCE_VERSION && broker.cluster.is_some() {
-            hint_produce(&broker, &mut resp);
+            hint_produce(&broker, &mut resp, &listener);
         }
         Some(resp)
     }
@@ -48,12 +50,14 @@ pub fn fetch(
     broker: &Arc<Broker>,
     pending: impl Future<Output = FetchResponse> + Send + 'static,
     version: i16,
+    listener: &str,
 ) -> impl Future<Output = FetchResponse> + Send + 'static {
     let broker = broker.clone();
+    let listener = listener.to_string();
     async move {
         let mut resp = pending.await;
         if version >= FETCH_VERSION && broker.cluster.is_some() {
-            hint_fetch(&broker, &mut resp);
+            hint_fetch(&broker, &mut resp, &listener);
         }
         resp
     }
@@ -98,7 +102,7 @@ impl<'a> Hints<'a> {
     }
 }
 
-fn hint_produce(broker: &Broker, resp: &mut ProduceResponse) {
+fn hint_produce(broker: &Broker, resp: &mut ProduceResponse, listener: &str) {
     let mut hints = Hints::new(broker);
     for t in &mut resp.responses {
         let topic = || broker.catalog.topic(t.name.0.as_str());
@@ -113,17 +117,20 @@ fn hint_produce(broker: &Broker, resp: &mut ProduceResponse) {
     resp.node_endpoints = hints
         .named
         .into_values()
-        .map(|b| {
-            produce_response::NodeEndpoint::default()
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(StrBytes::from_string(b.host))
-                .with_port(b.port.into())
-                .with_rack(b.rack.map(StrBytes::from_string))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(Some(listener))?;
+            Some(
+                produce_response::NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(port.into())
+                    .with_rack(b.rack.map(StrBytes::from_string)),
+            )
         })
         .collect();
 }
 
-fn hint_fetch(broker: &Broker, resp: &mut FetchResponse) {
+fn hint_fetch(broker: &Broker, resp: &mut FetchResponse, listener: &str) {
     let mut hints = Hints::new(broker);
     for t in &mut resp.responses {
         // Fetch v13+ names topics by id.
@@ -140,12 +147,15 @@ fn hint_fetch(broker: &Broker, resp: &mut FetchResponse) {
     resp.node_endpoints = hints
         .named
         .into_values()
-        .map(|b| {
-            fetch_response::NodeEndpoint::default()
-                .with_node_id(BrokerId(b.node_id))
-                .with_host(StrBytes::from_string(b.host))
-                .with_port(b.port.into())
-                .with_rack(b.rack.map(StrBytes::from_string))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(Some(listener))?;
+            Some(
+                fetch_response::NodeEndpoint::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(StrBytes::from_string(host))
+                    .with_port(port.into())
+                    .with_rack(b.rack.map(StrBytes::from_string)),
+            )
         })
         .collect();
 }

@@ -19,7 +19,12 @@ use super::error::catalog_error_code;
 use super::Broker;
 use crate::catalog::{validate_topic_name, Topic};
 
-pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub fn metadata(
+    broker: &Broker,
+    req: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let catalog = &broker.catalog;
     // v0 has no null list: an empty list there means every topic.
     let requested = match req.topics {
@@ -83,7 +88,7 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
             })
             .collect(),
     };
-    let brokers = brokers(broker)
+    let brokers = brokers(broker, Some(listener))
         .into_iter()
         .map(|(id, host, port)| {
             MetadataResponseBroker::default()
@@ -99,14 +104,26 @@ pub fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
         .with_topics(topics)
 }
 
-/// (node id, host, port) of every live broker.
-pub(super) fn brokers(broker: &Broker) -> Vec<(i32, String, i32)> {
+/// (node id, host, port) of every live broker that has `listener` (None:
+/// every live broker, at its first listener's endpoint).
+pub(super) fn brokers(broker: &Broker, listener: Option<&str>) -> Vec<(i32, String, i32)> {
     match &broker.cluster {
-        None => vec![(broker.node_id, broker.host.clone(), broker.port)],
+        None => {
+            let own = broker
+                .endpoints
+                .iter()
+                .find(|e| Some(e.name.as_str()) == listener)
+                .map(|e| (e.host.clone(), e.port as i32))
+                .unwrap_or_else(|| (broker.host.clone(), broker.port));
+            vec![(broker.node_id, own.0, own.1)]
+        }
         Some(c) => c
             .brokers()
             .into_iter()
-            .map(|b| (b.node_id, b.host, b.port as i32))
+            .filter_map(|b| {
+                let (host, port) = b.endpoint(listener)?;
+                Some((b.node_id, host, port as i32))
+            })
             .collect(),
     }
 }
@@ -185,8 +202,9 @@ pub fn describe_cluster(
     broker: &Broker,
     _req: DescribeClusterRequest,
     _version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
-    let brokers = brokers(broker)
+    let brokers = brokers(broker, Some(listener))
         .into_iter()
         .map(|(id, host, port)| {
             DescribeClusterBroker::default()

@@ -353,6 +353,21 @@ error_codes! {
     };
     ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
     ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+    CreateAclsResponse => |r, f| r.results.iter().for_each(|c| f(c.error_code));
+    DescribeAclsResponse => |r, f| f(r.error_code);
+    DeleteAclsResponse => |r, f| for fr in &r.filter_results {
+        f(fr.error_code);
+        fr.matching_acls.iter().for_each(|m| f(m.error_code));
+    };
+    DescribeClientQuotasResponse => |r, f| f(r.error_code);
+    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
+    SaslHandshakeResponse => |r, f| f(r.error_code);
+    SaslAuthenticateResponse => |r, f| f(r.error_code);
+    DescribeUserScramCredentialsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|u| f(u.error_code));
+    };
+    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
 }
 
 #[cfg(test)]

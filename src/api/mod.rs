@@ -8,6 +8,8 @@
 //! Errors from the catalog and the log become Kafka error codes here and
 //! nowhere else.
 
+mod acls;
+mod authorize;
 mod broker_client;
 mod configs;
 mod consumer_groups;
@@ -26,6 +28,8 @@ mod produce;
 mod producer_id;
 mod producers;
 mod quorum;
+mod quotas;
+mod scram_credentials;
 mod topics;
 mod transactions;
 mod txn_markers;
@@ -39,6 +43,7 @@ use bytes::{Buf, Bytes};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 
+use crate::access::Access;
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::cluster::ClusterNode;
@@ -46,7 +51,8 @@ use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::txn::{ProducerIdSource, TxnCoordinator};
 use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
-use dispatch::{Ctx, Encoder};
+use dispatch::Ctx;
+pub use dispatch::Encoder;
 
 pub use transactions::run_markers;
 
@@ -85,10 +91,43 @@ pub struct Broker {
     pub cluster: Option<Arc<ClusterNode>>,
     /// The settings it runs with, which broker DescribeConfigs reports.
     pub config: BrokerConfig,
+    /// Every listener's advertised endpoint, the first one's is `host:port`.
+    pub endpoints: Vec<crate::cluster::Endpoint>,
+    /// SCRAM credentials (SASL PLAIN checks them too).
+    pub credentials: Arc<crate::auth::credentials::Credentials>,
     /// KIP-227 fetch sessions of this broker's consumers.
     pub(crate) fetch_sessions: fetch_session::FetchSessions,
     /// Request counts and latencies, kept only with `--metrics-listen`.
     pub metrics: Option<Arc<metrics::RequestMetrics>>,
+    /// ACLs and client quotas, and whether an authorizer runs.
+    pub access: Arc<Access>,
+}
+
+/// How long a connection stays muted after a throttled response (KIP-219):
+/// the handlers extend it, the connection reads nothing until it passes.
+#[derive(Debug, Default)]
+pub struct Mute {
+    until_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Mute {
+    pub fn extend(&self, until_ms: u64) {
+        self.until_ms
+            .fetch_max(until_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How much longer the connection stays muted at `now_ms`.
+    pub fn remaining(&self, now_ms: u64) -> std::time::Duration {
+        let until = self.until_ms.load(std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_millis(until.saturating_sub(now_ms))
+    }
+}
+
+/// How clients reach this broker and prove who they are.
+pub struct Listeners {
+    /// Every listener's advertised endpoint, the first one's is `host:port`.
+    pub endpoints: Vec<crate::cluster::Endpoint>,
+    pub credentials: Arc<crate::auth::credentials::Credentials>,
 }
 
 /// Whether this broker answers for a partition.
@@ -143,11 +182,16 @@ impl Broker {
         coordinator: Arc<GroupCoordinator>,
         txn: Arc<TxnCoordinator>,
         config: &BrokerConfig,
-        host: String,
-        port: i32,
         clock: SharedClock,
         cluster: Option<Arc<ClusterNode>>,
+        access: Arc<Access>,
+        listeners: Listeners,
     ) -> Broker {
+        let (host, port) = listeners
+            .endpoints
+            .first()
+            .map(|e| (e.host.clone(), e.port as i32))
+            .unwrap_or_default();
         Broker {
             catalog,
             coordinator,
@@ -162,11 +206,14 @@ impl Broker {
             clock,
             cluster,
             config: config.clone(),
+            endpoints: listeners.endpoints,
+            credentials: listeners.credentials,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),
             ),
             metrics: None,
+            access,
         }
     }
 
@@ -185,6 +232,8 @@ impl Broker {
         frame: Bytes,
         client_host: &str,
         principal: &Principal,
+        listener: &str,
+        mute: &Arc<Mute>,
     ) -> Result<Reply, FrameError> {
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
@@ -219,6 +268,8 @@ impl Broker {
             correlation_id: header.correlation_id,
             response_header_version: key.response_header_version(version),
             principal,
+            listener,
+            mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)
     }

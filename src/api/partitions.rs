@@ -241,7 +241,10 @@ pub fn alter_partition_reassignments(
     broker: &Broker,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
-    let live: BTreeSet<i32> = brokers(broker).into_iter().map(|(id, _, _)| id).collect();
+    let live: BTreeSet<i32> = brokers(broker, None)
+        .into_iter()
+        .map(|(id, _, _)| id)
+        .collect();
     let responses = req
         .topics
         .into_iter()

@@ -35,7 +35,7 @@ pub fn describe_quorum(
             (state.controller, epoch, state.revision)
         }
     };
-    let live = brokers(broker);
+    let live = brokers(broker, None);
     let replica = |id: i32| {
         ReplicaState::default()
             .with_replica_id(BrokerId(id))

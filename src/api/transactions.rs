@@ -573,7 +573,7 @@ async fn write_markers(
         let resp = match leader {
             None => Ok(super::txn_markers::write_txn_markers(broker.clone(), req).await),
             Some(node) => {
-                let addr = super::metadata::brokers(broker)
+                let addr = super::metadata::brokers(broker, None)
                     .into_iter()
                     .find(|(id, _, _)| *id == node)
                     .map(|(_, host, port)| format!("{host}:{port}"));

@@ -43,6 +43,33 @@ pub struct BrokerInfo {
     pub port: u16,
     #[serde(default)]
     pub rack: Option<String>,
+    /// Every listener's advertised endpoint (the first is `host:port`); empty
+    /// in what brokers from before listeners published.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<Endpoint>,
+}
+
+/// Where clients that came through listener `name` reach a broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerInfo {
+    /// The endpoint for clients of `listener` (any: the first). A broker
+    /// without that listener has none, and Kafka leaves it out of Metadata.
+    pub fn endpoint(&self, listener: Option<&str>) -> Option<(String, u16)> {
+        match listener {
+            Some(name) if !self.listeners.is_empty() => self
+                .listeners
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| (e.host.clone(), e.port)),
+            _ => Some((self.host.clone(), self.port)),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

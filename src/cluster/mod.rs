@@ -17,6 +17,7 @@
 //! <prefix>/assignment/<topic_id>      {partition: {leader, epoch, handover_to?}}
 //! <prefix>/released/<topic_id>/<p>    {leader, epoch}: "I stopped serving this epoch"
 //! <prefix>/producer_ids/next          first producer id not yet handed out
+//! <prefix>/access                     ACLs and client quotas (`access::AccessDoc` JSON)
 //! ```
 //!
 //! The pieces, each usable and testable alone:
@@ -55,6 +56,7 @@
 //! caught up at least to the revision of its registration, and the view says
 //! it leads the partition.
 
+mod access;
 mod assignment;
 mod controller;
 mod error;
@@ -67,11 +69,12 @@ mod topics;
 mod url;
 mod view;
 
+pub use access::{EtcdAccess, POLL as ACCESS_POLL};
 pub use assignment::{plan, Assignment, PartitionLeader, ReleaseAck, TopicAssignment};
 pub use controller::{Controller, Term};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, Keys};
-pub use member::{BrokerInfo, LeaseClock, LeaseState, Member, MemberOptions};
+pub use member::{BrokerInfo, Endpoint, LeaseClock, LeaseState, Member, MemberOptions};
 pub use node::ClusterNode;
 pub use producer_ids::ProducerIdBlocks;
 pub use state::{ClusterState, LedPartition, Release, Versioned};

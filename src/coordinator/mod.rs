@@ -18,6 +18,9 @@ pub mod records;
 pub mod store;
 pub mod txn;
 
+#[cfg(test)]
+mod hostile_tests;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

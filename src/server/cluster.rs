@@ -51,6 +51,7 @@ pub(super) async fn join(
     store: &Arc<dyn ObjectStore>,
     host: &str,
     port: i32,
+    listeners: Vec<crate::cluster::Endpoint>,
 ) -> anyhow::Result<Joined> {
     let url: ClusterUrl = url.parse().context("--cluster")?;
     let info = BrokerInfo {
@@ -58,6 +59,7 @@ pub(super) async fn join(
         host: host.to_string(),
         port: port as u16,
         rack: None,
+        listeners,
     };
     let options = MemberOptions {
         ttl: Duration::from_millis(config.cluster_lease_ttl_ms.max(1000)),

@@ -5,21 +5,46 @@
 //! next, and hands the reply future to the writer through a bounded channel;
 //! the bound limits how many requests one client can have in flight, like
 //! Kafka's muting of a busy channel.
+//!
+//! Authentication happens here, before any request reaches the API layer.
+//! On a SASL listener nothing but ApiVersions, SaslHandshake and
+//! SaslAuthenticate is answered until the client has authenticated; any other
+//! request closes the connection, as Kafka does. A failed authentication is
+//! answered with SASL_AUTHENTICATION_FAILED after
+//! `--connection-failed-authentication-delay-ms` and the connection closed.
+//! With `--connections-max-reauth-ms` (KIP-368) the session ends at that age:
+//! the client re-authenticates with a new SaslHandshake on the same
+//! connection (as the same principal), and a request after the deadline
+//! closes the connection instead. SaslHandshake v0 is followed by raw SASL
+//! tokens, each a size-prefixed frame without a header, as in Kafka.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::frame::FrameReader;
 use crate::api::metrics::RequestMetrics;
-use crate::api::{Broker, FrameError, Reply};
+use crate::api::{Broker, Encoder, FrameError, Mute, Reply};
+use crate::auth::credentials::Credentials;
+use crate::auth::sasl::{Exchange, Step};
+use crate::config::SecurityProtocol;
 use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
+/// A TLS handshake not done by then is abandoned.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Counts the connection as open while it lives.
 struct Open(Option<Arc<RequestMetrics>>);
@@ -51,13 +76,103 @@ fn api_of(frame: &[u8]) -> Option<(i16, i16)> {
     ))
 }
 
-pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
-    let open = Open::new(broker.metrics.clone());
+/// What every connection accepted on one listener shares.
+pub struct Listener {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub sasl: Arc<SaslSettings>,
+    /// connections.max.idle.ms: a connection that sends no complete request
+    /// for that long is closed.
+    pub idle: Option<Duration>,
+}
+
+pub struct SaslSettings {
+    pub mechanisms: Vec<String>,
+    pub credentials: Arc<Credentials>,
+    /// KIP-368 session lifetime.
+    pub max_reauth: Option<Duration>,
+    pub failed_delay: Duration,
+}
+
+pub async fn accept(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    max_frame: usize,
+    listener: Arc<Listener>,
+) {
     let peer = stream.peer_addr().ok();
-    let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
-    let principal = Principal::anonymous();
     let _ = stream.set_nodelay(true);
-    let (read_half, write_half) = stream.into_split();
+    match &listener.tls {
+        None => {
+            let (r, w) = stream.into_split();
+            serve(
+                r,
+                w,
+                peer,
+                Principal::anonymous(),
+                broker,
+                max_frame,
+                listener,
+            )
+            .await
+        }
+        Some(acceptor) => {
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                .await
+            {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::info!(?peer, listener = listener.name, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!(?peer, listener = listener.name, "TLS handshake timed out");
+                    return;
+                }
+            };
+            // Kafka's default principal builder: the subject of a client
+            // certificate names the principal on an SSL listener.
+            let subject = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| crate::auth::tls::subject_dn(cert));
+            let principal = match subject {
+                Some(dn) if listener.protocol == SecurityProtocol::Ssl => Principal::user(dn),
+                _ => Principal::anonymous(),
+            };
+            let (r, w) = tokio::io::split(tls);
+            serve(r, w, peer, principal, broker, max_frame, listener).await
+        }
+    }
+}
+
+/// Where a SASL connection is in its authentication.
+enum Auth {
+    /// Authenticated, or nothing to authenticate.
+    Open,
+    /// Waiting for SaslHandshake.
+    Handshake,
+    /// A mechanism was chosen; `raw`: SaslHandshake v0, tokens without headers.
+    Exchanging { exchange: Exchange, raw: bool },
+}
+
+async fn serve<R, W>(
+    read_half: R,
+    write_half: W,
+    peer: Option<SocketAddr>,
+    mut principal: Principal,
+    broker: Arc<Broker>,
+    max_frame: usize,
+    listener: Arc<Listener>,
+) where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+    let open = Open::new(broker.metrics.clone());
     // Each reply goes with its API key and arrival time when latencies are kept.
     let (tx, mut rx) = mpsc::channel::<(Reply, Option<(i16, Instant)>)>(MAX_IN_FLIGHT);
 
@@ -81,9 +196,29 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
         let _ = out.shutdown().await;
     });
 
+    let sasl = listener.protocol.sasl();
+    let mut auth = if sasl { Auth::Handshake } else { Auth::Open };
+    let mut authenticated: Option<Principal> = None;
+    let mut expires: Option<Instant> = None;
+    let mute = Arc::new(Mute::default());
     let mut frames = FrameReader::new(read_half, max_frame);
     loop {
-        let frame = match frames.next().await {
+        // A throttled client's next request waits out its throttle (KIP-219).
+        let muted = mute.remaining(broker.clock.now_ms().max(0) as u64);
+        if !muted.is_zero() {
+            tokio::time::sleep(muted).await;
+        }
+        let next = match listener.idle {
+            Some(idle) => match tokio::time::timeout(idle, frames.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    tracing::info!(?peer, "closing idle connection (connections.max.idle.ms)");
+                    break;
+                }
+            },
+            None => frames.next().await,
+        };
+        let frame = match next {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
@@ -98,26 +233,241 @@ pub async fn serve(stream: TcpStream, broker: Arc<Broker>, max_frame: usize) {
             }
             _ => None,
         };
-        match broker.handle_frame(frame, &client_host, &principal) {
-            Ok(reply) => {
-                if tx.send((reply, arrived)).await.is_err() {
+        let mut sasl_cx = SaslCx {
+            settings: &listener.sasl,
+            auth: &mut auth,
+            authenticated: &mut authenticated,
+            expires: &mut expires,
+        };
+        let reply = if sasl {
+            match sasl_cx.intercept(frame.clone()).await {
+                Intercept::Pass => None,
+                Intercept::Reply(reply) => Some((reply, false)),
+                Intercept::ReplyAndClose(reply, why) => {
+                    tracing::info!(?peer, listener = listener.name, reason = %why, "closing connection");
+                    Some((reply, true))
+                }
+                Intercept::Close(why) => {
+                    tracing::info!(?peer, listener = listener.name, reason = %why, "closing connection");
                     break;
                 }
             }
-            Err(e) => {
-                if let (Some(m), Some((key, version))) = (&open.0, api) {
-                    let code = match e {
-                        FrameError::UnsupportedVersion(..) => ResponseError::UnsupportedVersion,
-                        _ => ResponseError::InvalidRequest,
-                    };
-                    m.error(key, version, code.code());
-                }
-                tracing::info!(?peer, error = %e, "closing connection");
-                break;
+        } else {
+            None
+        };
+        if let Some(p) = &authenticated {
+            if *p != principal {
+                principal = p.clone();
             }
+        }
+        let (reply, close) = match reply {
+            Some(r) => r,
+            None => {
+                match broker.handle_frame(frame, &client_host, &principal, &listener.name, &mute) {
+                    Ok(reply) => (reply, false),
+                    Err(e) => {
+                        if let (Some(m), Some((key, version))) = (&open.0, api) {
+                            let code = match e {
+                                FrameError::UnsupportedVersion(..) => {
+                                    ResponseError::UnsupportedVersion
+                                }
+                                _ => ResponseError::InvalidRequest,
+                            };
+                            m.error(key, version, code.code());
+                        }
+                        tracing::info!(?peer, error = %e, "closing connection");
+                        break;
+                    }
+                }
+            }
+        };
+        if tx.send((reply, arrived)).await.is_err() || close {
+            break;
         }
     }
     // Replies already dispatched are still delivered before the socket closes.
     drop(tx);
     let _ = writer.await;
+}
+
+enum Intercept {
+    /// Not a SASL matter: the API layer answers.
+    Pass,
+    Reply(Reply),
+    ReplyAndClose(Reply, String),
+    Close(String),
+}
+
+struct SaslCx<'a> {
+    settings: &'a SaslSettings,
+    auth: &'a mut Auth,
+    authenticated: &'a mut Option<Principal>,
+    expires: &'a mut Option<Instant>,
+}
+
+fn ready(frame: Option<Bytes>) -> Reply {
+    Box::pin(std::future::ready(frame))
+}
+
+impl SaslCx<'_> {
+    async fn intercept(&mut self, frame: Bytes) -> Intercept {
+        if let Auth::Exchanging { raw: true, .. } = self.auth {
+            return self.raw_token(frame).await;
+        }
+        if frame.len() < 8 {
+            return Intercept::Pass; // the API layer refuses it
+        }
+        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let Ok(api) = ApiKey::try_from(key) else {
+            return Intercept::Pass;
+        };
+        match api {
+            ApiKey::ApiVersions => Intercept::Pass,
+            ApiKey::SaslHandshake if version <= 1 => {
+                // First authentication, or KIP-368 re-authentication.
+                if matches!(self.auth, Auth::Exchanging { .. }) {
+                    return Intercept::Close("SaslHandshake during an exchange".into());
+                }
+                self.handshake(frame, version)
+            }
+            ApiKey::SaslAuthenticate if version <= 2 => match self.auth {
+                Auth::Exchanging { .. } => self.authenticate(frame, version).await,
+                _ => Intercept::Pass, // ILLEGAL_SASL_STATE from the API layer
+            },
+            _ => match self.auth {
+                Auth::Open => {
+                    if self.expires.is_some_and(|e| Instant::now() >= e) {
+                        return Intercept::Close(
+                            "session expired (connections.max.reauth.ms)".into(),
+                        );
+                    }
+                    Intercept::Pass
+                }
+                _ => Intercept::Close(format!("{api:?} request before authentication")),
+            },
+        }
+    }
+
+    fn header(frame: &mut Bytes, api: ApiKey, version: i16) -> Option<(Encoder, RequestHeader)> {
+        let header = RequestHeader::decode(frame, api.request_header_version(version)).ok()?;
+        let encoder = Encoder {
+            correlation_id: header.correlation_id,
+            header_version: api.response_header_version(version),
+            version,
+        };
+        Some((encoder, header))
+    }
+
+    fn handshake(&mut self, mut frame: Bytes, version: i16) -> Intercept {
+        let Some((encoder, _)) = Self::header(&mut frame, ApiKey::SaslHandshake, version) else {
+            return Intercept::Close("malformed SaslHandshake header".into());
+        };
+        let Ok(req) = SaslHandshakeRequest::decode(&mut frame, version) else {
+            return Intercept::Close("malformed SaslHandshake".into());
+        };
+        let mechanisms = self
+            .settings
+            .mechanisms
+            .iter()
+            .map(|m| StrBytes::from_string(m.clone()))
+            .collect();
+        let mechanism = req.mechanism.to_string();
+        let enabled = self.settings.mechanisms.contains(&mechanism);
+        let exchange = enabled.then(|| Exchange::start(&mechanism)).flatten();
+        match exchange {
+            Some(exchange) => {
+                *self.auth = Auth::Exchanging {
+                    exchange,
+                    raw: version == 0,
+                };
+                let resp = SaslHandshakeResponse::default().with_mechanisms(mechanisms);
+                Intercept::Reply(ready(encoder.frame(&resp)))
+            }
+            None => {
+                let resp = SaslHandshakeResponse::default()
+                    .with_error_code(ResponseError::UnsupportedSaslMechanism.code())
+                    .with_mechanisms(mechanisms);
+                Intercept::ReplyAndClose(
+                    ready(encoder.frame(&resp)),
+                    format!("unsupported SASL mechanism {mechanism}"),
+                )
+            }
+        }
+    }
+
+    /// Runs one step; Ok(Some(principal)) when authentication completed.
+    async fn step(&mut self, token: &[u8]) -> Result<(Vec<u8>, bool), String> {
+        let Auth::Exchanging { exchange, .. } = &mut *self.auth else {
+            return Err("no exchange".into());
+        };
+        match exchange.step(&self.settings.credentials, token).await {
+            Ok(Step::Challenge(t)) => Ok((t, false)),
+            Ok(Step::Done { token, user }) => {
+                let principal = Principal::user(user);
+                if let Some(before) = &*self.authenticated {
+                    if *before != principal {
+                        return Err(format!(
+                            "re-authentication as {principal} on a connection of {before}"
+                        ));
+                    }
+                }
+                *self.authenticated = Some(principal);
+                *self.auth = Auth::Open;
+                *self.expires = self.settings.max_reauth.map(|d| Instant::now() + d);
+                Ok((token, true))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn delayed(&self, frame: Option<Bytes>) -> Reply {
+        let delay = self.settings.failed_delay;
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            frame
+        })
+    }
+
+    async fn authenticate(&mut self, mut frame: Bytes, version: i16) -> Intercept {
+        let Some((encoder, _)) = Self::header(&mut frame, ApiKey::SaslAuthenticate, version) else {
+            return Intercept::Close("malformed SaslAuthenticate header".into());
+        };
+        let Ok(req) = SaslAuthenticateRequest::decode(&mut frame, version) else {
+            return Intercept::Close("malformed SaslAuthenticate".into());
+        };
+        match self.step(&req.auth_bytes).await {
+            Ok((token, done)) => {
+                let mut resp = SaslAuthenticateResponse::default().with_auth_bytes(token.into());
+                if done {
+                    if let Some(d) = self.settings.max_reauth {
+                        resp = resp.with_session_lifetime_ms(d.as_millis() as i64);
+                    }
+                }
+                Intercept::Reply(ready(encoder.frame(&resp)))
+            }
+            Err(why) => {
+                let resp = SaslAuthenticateResponse::default()
+                    .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "Authentication failed: {why}"
+                    ))));
+                Intercept::ReplyAndClose(self.delayed(encoder.frame(&resp)), why)
+            }
+        }
+    }
+
+    /// After SaslHandshake v0: the frame is a bare token and so is the answer.
+    async fn raw_token(&mut self, frame: Bytes) -> Intercept {
+        match self.step(&frame).await {
+            Ok((token, _)) => {
+                let mut out = BytesMut::with_capacity(4 + token.len());
+                out.put_i32(token.len() as i32);
+                out.put_slice(&token);
+                Intercept::Reply(ready(Some(out.freeze())))
+            }
+            // No error can be framed here: close after the delay.
+            Err(why) => Intercept::ReplyAndClose(self.delayed(Some(Bytes::new())), why),
+        }
+    }
 }

@@ -5,6 +5,7 @@ mod cluster;
 mod connection;
 pub mod frame;
 mod http;
+pub mod limits;
 mod metrics;
 
 use std::net::SocketAddr;
@@ -16,14 +17,22 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
-use crate::api::Broker;
+use anyhow::Context;
+
+use crate::api::{Broker, Listeners};
+use crate::auth::{
+    self,
+    credentials::{Change, Credentials},
+};
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
+use crate::cluster::Endpoint;
 use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{self, MergeTotals, OnMerged, WorkerOptions};
-use crate::config::{BrokerConfig, FsyncPolicy};
+use crate::config::{BrokerConfig, FsyncPolicy, SecurityProtocol};
 use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
 use crate::coordinator::txn::TxnCoordinator;
@@ -37,9 +46,11 @@ const REQUEUE_AFTER: Duration = Duration::from_secs(300);
 
 pub struct Server {
     local_addr: SocketAddr,
+    /// Every listener's name and bound address, in the order configured.
+    listener_addrs: Vec<(String, SocketAddr)>,
     broker: Arc<Broker>,
     stop: watch::Sender<bool>,
-    accept: JoinHandle<()>,
+    accept: Vec<JoinHandle<()>>,
     tier: Arc<Tier>,
     /// Cluster mode: this broker's membership and write-ahead log.
     joined: Option<cluster::Joined>,
@@ -99,19 +110,69 @@ impl Server {
             max_run_ms: config.orphan_min_age_ms / 2,
             requeue_after: REQUEUE_AFTER,
         };
-        let listener = TcpListener::bind(config.listen).await?;
-        let local_addr = listener.local_addr()?;
-        let (host, port) = match &config.advertised_listener {
-            Some(_) => config.advertised(),
-            None => {
-                let (host, _) = config.advertised();
-                (host, local_addr.port() as i32)
-            }
+        let specs = config.listeners().map_err(anyhow::Error::msg)?;
+        // Client certificates only on SSL listeners: a SASL_SSL client
+        // proves itself with SASL (Kafka's KIP-684).
+        let acceptor = |protocol: SecurityProtocol| -> anyhow::Result<_> {
+            let (Some(cert), Some(key)) = (&config.ssl_cert_file, &config.ssl_key_file) else {
+                anyhow::bail!("SSL and SASL_SSL listeners need --ssl-cert-file and --ssl-key-file");
+            };
+            let client_auth = match protocol {
+                SecurityProtocol::Ssl => config.ssl_client_auth,
+                _ => auth::tls::ClientAuth::None,
+            };
+            let tls =
+                auth::tls::server_config(cert, key, config.ssl_ca_file.as_deref(), client_auth)?;
+            Ok(tokio_rustls::TlsAcceptor::from(tls))
         };
+        for m in &config.sasl_enabled_mechanisms {
+            if !auth::sasl::MECHANISMS.contains(&m.as_str()) {
+                anyhow::bail!(
+                    "SASL mechanism {m} is not supported (supported: {:?})",
+                    auth::sasl::MECHANISMS
+                );
+            }
+        }
+        let mut bound = Vec::new();
+        let mut endpoints = Vec::new();
+        for spec in &specs {
+            let listener = TcpListener::bind(spec.bind)
+                .await
+                .with_context(|| format!("listener {} on {}", spec.name, spec.bind))?;
+            let addr = listener.local_addr()?;
+            let (host, port) = match &spec.advertised {
+                Some((host, port)) => (host.clone(), if *port == 0 { addr.port() } else { *port }),
+                None if addr.ip().is_unspecified() => ("localhost".to_string(), addr.port()),
+                None => (addr.ip().to_string(), addr.port()),
+            };
+            endpoints.push(Endpoint {
+                name: spec.name.clone(),
+                host,
+                port,
+            });
+            let tls = match spec.protocol.tls() {
+                true => Some(acceptor(spec.protocol)?),
+                false => None,
+            };
+            bound.push((listener, spec.clone(), addr, tls));
+        }
+        let local_addr = bound[0].2;
+        let (host, port) = (endpoints[0].host.clone(), endpoints[0].port as i32);
         let joined = match &config.cluster {
-            Some(url) => Some(cluster::join(&config, url, &store, &host, port).await?),
+            Some(url) => {
+                Some(cluster::join(&config, url, &store, &host, port, endpoints.clone()).await?)
+            }
             None => None,
         };
+        let credentials = match &joined {
+            Some(j) => {
+                let etcd = j.node.member().etcd();
+                auth::credentials::Credentials::open_etcd(etcd.client(), &etcd.keys().root())
+            }
+            None => auth::credentials::Credentials::open_store(store.clone()).await?,
+        };
+        let credentials = Arc::new(credentials);
+        add_scram_users(&credentials, &config.add_scram).await?;
         let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
         let catalog = Arc::new(catalog);
         if let Some(j) = &joined {
@@ -142,6 +203,14 @@ impl Server {
             })
             .await??
         };
+        // ACLs and quotas live where the topic catalog does: etcd or the store.
+        let access_backend: Box<dyn crate::access::Backend> = match &joined {
+            Some(j) => Box::new(crate::cluster::EtcdAccess::new(
+                j.node.member().etcd().clone(),
+            )),
+            None => Box::new(crate::access::StoreBackend::new(store.clone())),
+        };
+        let access = Arc::new(Access::open(config.access(), access_backend).await?);
         let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
         if let Some(j) = &joined {
             // Uploads, retention, orphan scans and merges: only what this broker serves.
@@ -184,10 +253,13 @@ impl Server {
             coordinator.clone(),
             txn.clone(),
             &config,
-            host.clone(),
-            port,
             clock.clone(),
             joined.as_ref().map(|j| j.node.clone()),
+            access.clone(),
+            Listeners {
+                endpoints: endpoints.clone(),
+                credentials: credentials.clone(),
+            },
         );
         let request_metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
         broker.metrics = request_metrics.clone();
@@ -206,6 +278,9 @@ impl Server {
             };
             tokio::spawn(leadership.run(stop_rx.clone()));
             tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
+        }
+        if joined.is_some() {
+            tokio::spawn(follow_access(access, stop_rx.clone()));
         }
         tokio::spawn(tier.clone().run(stop_rx.clone()));
         tokio::spawn(log_store_requests(store_requests.clone(), stop_rx.clone()));
@@ -267,12 +342,35 @@ impl Server {
                 stop_rx.clone(),
             ));
         }
-        let accept = tokio::spawn(accept_loop(
-            listener,
-            broker.clone(),
-            config.max_request_bytes,
-            stop_rx,
-        ));
+        let sasl = Arc::new(connection::SaslSettings {
+            mechanisms: config.sasl_enabled_mechanisms.clone(),
+            credentials,
+            max_reauth: (config.connections_max_reauth_ms > 0)
+                .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
+            failed_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),
+        });
+        let limits = limits::ConnectionLimits::from_config(&config);
+        let mut accept = Vec::new();
+        let mut listener_addrs = Vec::new();
+        for ((listener, spec, addr, tls), endpoint) in bound.into_iter().zip(&endpoints) {
+            let shared = Arc::new(connection::Listener {
+                name: spec.name.clone(),
+                protocol: spec.protocol,
+                tls,
+                sasl: sasl.clone(),
+                idle: limits.idle(),
+            });
+            accept.push(tokio::spawn(accept_loop(
+                listener,
+                broker.clone(),
+                config.max_request_bytes,
+                limits.clone(),
+                shared,
+                stop_rx.clone(),
+            )));
+            tracing::info!(listener = spec.name, protocol = spec.protocol.name(), %addr, advertised = %format!("{}:{}", endpoint.host, endpoint.port), "listening");
+            listener_addrs.push((spec.name.clone(), addr));
+        }
         if let (Some(health), Some(requests)) = (&health, &request_metrics) {
             let mut registry = Registry::default();
             requests.register(&mut registry);
@@ -288,6 +386,7 @@ impl Server {
         tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
         Ok(Server {
             local_addr,
+            listener_addrs,
             broker,
             stop,
             accept,
@@ -304,8 +403,17 @@ impl Server {
         &self.tier
     }
 
+    /// The first listener's bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The bound address of the listener named `name`.
+    pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.listener_addrs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
     }
 
     /// Runs until the accept loop ends (it only ends on shutdown).
@@ -329,7 +437,9 @@ impl Server {
             h.stopping();
         }
         self.stop.send_replace(true);
-        self.accept.abort();
+        for a in &self.accept {
+            a.abort();
+        }
         if let Some(j) = self.joined {
             // Hand over at once instead of after a lease TTL: stop serving,
             // make every head durable, then leave.
@@ -357,18 +467,56 @@ impl Server {
     }
 }
 
+/// Creates the `--add-scram` credentials a user does not have yet.
+async fn add_scram_users(credentials: &Credentials, flags: &[String]) -> anyhow::Result<()> {
+    for flag in flags {
+        let (mechanism, user, password, iterations) = auth::credentials::parse_add_scram(flag)
+            .map_err(|e| anyhow::anyhow!("--add-scram: {e}"))?;
+        if credentials
+            .user(&user)
+            .await?
+            .contains_key(mechanism.name())
+        {
+            continue;
+        }
+        let salt = uuid::Uuid::new_v4().as_bytes().to_vec();
+        let credential =
+            auth::scram::Credential::from_password(mechanism, &password, &salt, iterations);
+        credentials
+            .alter(vec![(user.clone(), Change::Upsert(mechanism, credential))])
+            .await?;
+        tracing::info!(
+            user,
+            mechanism = mechanism.name(),
+            "SCRAM credential created"
+        );
+    }
+    Ok(())
+}
+
 async fn accept_loop(
     listener: TcpListener,
     broker: Arc<Broker>,
     max_frame: usize,
+    limits: Arc<limits::ConnectionLimits>,
+    shared: Arc<connection::Listener>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(connection::serve(stream, broker.clone(), max_frame));
+            // At max.connections nothing is accepted until a slot frees.
+            accepted = async { limits.wait_for_slot().await; listener.accept().await } => match accepted {
+                Ok((stream, peer)) => {
+                    let Some(permit) = limits.admit(peer.ip()) else {
+                        tracing::info!(%peer, "closing connection: max.connections.per.ip reached");
+                        continue;
+                    };
+                    let (broker, shared) = (broker.clone(), shared.clone());
+                    tokio::spawn(async move {
+                        connection::accept(stream, broker, max_frame, shared).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -556,6 +704,21 @@ async fn run_txn_timers(
                     tracing::debug!(aborted, expired, "transaction timers");
                 }
             }
+        }
+    }
+}
+
+/// Cluster mode: rereads the ACLs and quotas other brokers change.
+async fn follow_access(access: Arc<Access>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = access.refresh().await {
+                    tracing::warn!(error = %e, "rereading ACLs and quotas failed");
+                }
+            }
+            _ = stop.changed() => return,
         }
     }
 }

@@ -1,0 +1,446 @@
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677), the server side.
+//!
+//! A credential at rest is what RFC 5802 lets a server keep instead of the
+//! password: the salt, the iteration count, `StoredKey = H(HMAC(SaltedPassword,
+//! "Client Key"))` and `ServerKey = HMAC(SaltedPassword, "Server Key")`. The
+//! server checks a client proof against StoredKey and proves itself with
+//! ServerKey, so a stolen credential file lets nobody log in as the user
+//! (it lets them impersonate the server, which RFC 5802 accepts).
+//!
+//! Kafka's clients send `SaltedPassword` itself in AlterUserScramCredentials
+//! (the client salts, the broker derives the two keys), so both entry points
+//! exist: from a password (`--add-scram`, PLAIN checked against a SCRAM
+//! credential) and from a salted password.
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256, Sha512};
+use subtle::ConstantTimeEq;
+
+use super::AuthError;
+
+/// Kafka's bounds on the iteration count (ScramMechanism.minIterations/maxIterations).
+pub const MIN_ITERATIONS: i32 = 4096;
+pub const MAX_ITERATIONS: i32 = 16384;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mechanism {
+    Sha256,
+    Sha512,
+}
+
+impl Mechanism {
+    pub const ALL: [Mechanism; 2] = [Mechanism::Sha256, Mechanism::Sha512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Sha256 => "SCRAM-SHA-256",
+            Mechanism::Sha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mechanism> {
+        Mechanism::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Kafka's ScramMechanism type byte in Alter/DescribeUserScramCredentials.
+    pub fn code(self) -> i8 {
+        match self {
+            Mechanism::Sha256 => 1,
+            Mechanism::Sha512 => 2,
+        }
+    }
+
+    pub fn from_code(code: i8) -> Option<Mechanism> {
+        Mechanism::ALL.into_iter().find(|m| m.code() == code)
+    }
+
+    fn hmac(self, key: &[u8], data: &[&[u8]]) -> Vec<u8> {
+        fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[&[u8]]) -> Vec<u8> {
+            let mut mac = <M as hmac::digest::KeyInit>::new_from_slice(key)
+                .expect("HMAC takes keys of any length");
+            for d in data {
+                mac.update(d);
+            }
+            mac.finalize().into_bytes().to_vec()
+        }
+        match self {
+            Mechanism::Sha256 => run::<Hmac<Sha256>>(key, data),
+            Mechanism::Sha512 => run::<Hmac<Sha512>>(key, data),
+        }
+    }
+
+    fn hash(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            Mechanism::Sha256 => Sha256::digest(data).to_vec(),
+            Mechanism::Sha512 => Sha512::digest(data).to_vec(),
+        }
+    }
+
+    /// RFC 5802 Hi(): PBKDF2 with this mechanism's HMAC.
+    pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+        match self {
+            Mechanism::Sha256 => {
+                let mut out = [0u8; 32];
+                pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+            Mechanism::Sha512 => {
+                let mut out = [0u8; 64];
+                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut out);
+                out.to_vec()
+            }
+        }
+    }
+}
+
+/// What the broker keeps for one user and mechanism.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Credential {
+    #[serde(with = "b64")]
+    pub salt: Vec<u8>,
+    #[serde(with = "b64")]
+    pub stored_key: Vec<u8>,
+    #[serde(with = "b64")]
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+impl Credential {
+    pub fn from_salted_password(
+        mechanism: Mechanism,
+        salt: &[u8],
+        salted_password: &[u8],
+        iterations: i32,
+    ) -> Credential {
+        let client_key = mechanism.hmac(salted_password, &[b"Client Key"]);
+        Credential {
+            salt: salt.to_vec(),
+            stored_key: mechanism.hash(&client_key),
+            server_key: mechanism.hmac(salted_password, &[b"Server Key"]),
+            iterations,
+        }
+    }
+
+    pub fn from_password(
+        mechanism: Mechanism,
+        password: &str,
+        salt: &[u8],
+        iterations: i32,
+    ) -> Credential {
+        let salted = mechanism.salted_password(password.as_bytes(), salt, iterations as u32);
+        Credential::from_salted_password(mechanism, salt, &salted, iterations)
+    }
+
+    /// Whether `password` is the one this credential was made from (SASL/PLAIN).
+    pub fn matches_password(&self, mechanism: Mechanism, password: &str) -> bool {
+        let other = Credential::from_password(mechanism, password, &self.salt, self.iterations);
+        bool::from(other.stored_key.ct_eq(&self.stored_key))
+    }
+}
+
+mod b64 {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = String::deserialize(d)?;
+        STANDARD.decode(s).map_err(serde::de::Error::custom)
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(s: &str) -> Result<Vec<u8>, AuthError> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|_| AuthError::Malformed("invalid base64"))
+}
+
+/// RFC 5802 `saslname`: `=2C` and `=3D` stand for `,` and `=`.
+fn decode_saslname(s: &str) -> Result<String, AuthError> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('=') {
+        out.push_str(&rest[..i]);
+        match rest.get(i..i + 3) {
+            Some("=2C") => out.push(','),
+            Some("=3D") => out.push('='),
+            _ => return Err(AuthError::Malformed("bad escape in user name")),
+        }
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The attributes of a SCRAM message (`a=value,b=value`), in order.
+fn attributes(message: &str) -> Result<Vec<(char, &str)>, AuthError> {
+    message
+        .split(',')
+        .map(|part| {
+            let mut chars = part.chars();
+            match (chars.next(), chars.next()) {
+                (Some(k), Some('=')) if k.is_ascii_alphabetic() => Ok((k, &part[2..])),
+                _ => Err(AuthError::Malformed("bad SCRAM attribute")),
+            }
+        })
+        .collect()
+}
+
+/// The parsed client-first message.
+#[derive(Debug)]
+pub struct ClientFirst {
+    pub user: String,
+    pub nonce: String,
+    /// The message without its GS2 header, which the proof covers.
+    bare: String,
+}
+
+impl ClientFirst {
+    pub fn parse(message: &[u8]) -> Result<ClientFirst, AuthError> {
+        let message =
+            std::str::from_utf8(message).map_err(|_| AuthError::Malformed("not UTF-8"))?;
+        // gs2-header: channel binding flag, optional authzid, then the bare message.
+        let mut parts = message.splitn(3, ',');
+        let cbind = parts.next().unwrap_or_default();
+        let _authzid = parts.next().ok_or(AuthError::Malformed("no GS2 header"))?;
+        let bare = parts
+            .next()
+            .ok_or(AuthError::Malformed("no client-first-message-bare"))?;
+        if cbind != "n" && cbind != "y" {
+            // "p=": channel binding, which Kafka does not offer either.
+            return Err(AuthError::Malformed("channel binding is not supported"));
+        }
+        let attrs = attributes(bare)?;
+        let mut attrs = attrs.iter();
+        let user = match attrs.next() {
+            Some(('n', v)) => decode_saslname(v)?,
+            _ => return Err(AuthError::Malformed("no user name")),
+        };
+        let nonce = match attrs.next() {
+            Some(('r', v)) if !v.is_empty() => v.to_string(),
+            _ => return Err(AuthError::Malformed("no client nonce")),
+        };
+        Ok(ClientFirst {
+            user,
+            nonce,
+            bare: bare.to_string(),
+        })
+    }
+}
+
+/// A server's exchange after the client-first message and the credential lookup.
+pub struct ServerExchange {
+    mechanism: Mechanism,
+    credential: Credential,
+    client_first_bare: String,
+    server_first: String,
+    nonce: String,
+}
+
+impl ServerExchange {
+    /// `server_nonce` is random bytes of the server's choosing.
+    pub fn new(
+        mechanism: Mechanism,
+        client: ClientFirst,
+        credential: Credential,
+        server_nonce: &[u8],
+    ) -> ServerExchange {
+        let nonce = format!("{}{}", client.nonce, b64(server_nonce));
+        let server_first = format!(
+            "r={nonce},s={},i={}",
+            b64(&credential.salt),
+            credential.iterations
+        );
+        ServerExchange {
+            mechanism,
+            credential,
+            client_first_bare: client.bare,
+            server_first,
+            nonce,
+        }
+    }
+
+    pub fn server_first(&self) -> &[u8] {
+        self.server_first.as_bytes()
+    }
+
+    /// Checks the client-final message; on success, the server-final message.
+    pub fn finish(&self, client_final: &[u8]) -> Result<Vec<u8>, AuthError> {
+        let message =
+            std::str::from_utf8(client_final).map_err(|_| AuthError::Malformed("not UTF-8"))?;
+        let (without_proof, proof) = message
+            .rsplit_once(",p=")
+            .ok_or(AuthError::Malformed("no client proof"))?;
+        let attrs = attributes(without_proof)?;
+        let nonce = attrs
+            .iter()
+            .find(|(k, _)| *k == 'r')
+            .map(|(_, v)| *v)
+            .ok_or(AuthError::Malformed("no nonce"))?;
+        // librdkafka before 2.6.1 sends the client nonce once more in front
+        // of the combined one; Kafka 3.8.1+ accepts a nonce that ends with
+        // the server's, and so does this (the proof covers what was sent).
+        if !nonce.ends_with(&self.nonce) {
+            return Err(AuthError::Failed("nonce mismatch".into()));
+        }
+        let proof = unb64(proof)?;
+        let auth_message = format!(
+            "{},{},{}",
+            self.client_first_bare, self.server_first, without_proof
+        );
+        let m = self.mechanism;
+        let signature = m.hmac(&self.credential.stored_key, &[auth_message.as_bytes()]);
+        if proof.len() != signature.len() {
+            return Err(AuthError::Failed("invalid credentials".into()));
+        }
+        let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+        let stored = m.hash(&client_key);
+        if !bool::from(stored.ct_eq(&self.credential.stored_key)) {
+            return Err(AuthError::Failed("invalid credentials".into()));
+        }
+        let server_signature = m.hmac(&self.credential.server_key, &[auth_message.as_bytes()]);
+        Ok(format!("v={}", b64(&server_signature)).into_bytes())
+    }
+}
+
+/// The client side, for tests and for nothing else in the broker.
+#[cfg(test)]
+pub(crate) mod client {
+    use super::*;
+
+    pub struct Client {
+        pub mechanism: Mechanism,
+        pub password: String,
+        pub first_bare: String,
+    }
+
+    impl Client {
+        pub fn first(
+            mechanism: Mechanism,
+            user: &str,
+            password: &str,
+            nonce: &str,
+        ) -> (Client, Vec<u8>) {
+            let first_bare = format!("n={user},r={nonce}");
+            let msg = format!("n,,{first_bare}").into_bytes();
+            (
+                Client {
+                    mechanism,
+                    password: password.to_string(),
+                    first_bare,
+                },
+                msg,
+            )
+        }
+
+        /// The client-final message for a server-first message.
+        pub fn last(&self, server_first: &[u8]) -> Vec<u8> {
+            self.last_with_nonce_prefix(server_first, "")
+        }
+
+        /// As librdkafka before 2.6.1: `prefix` in front of the combined nonce.
+        pub fn last_with_nonce_prefix(&self, server_first: &[u8], prefix: &str) -> Vec<u8> {
+            let sf = std::str::from_utf8(server_first).unwrap();
+            let attrs = attributes(sf).unwrap();
+            let get = |k| attrs.iter().find(|(c, _)| *c == k).unwrap().1;
+            let salt = unb64(get('s')).unwrap();
+            let iterations: u32 = get('i').parse().unwrap();
+            let m = self.mechanism;
+            let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+            let client_key = m.hmac(&salted, &[b"Client Key"]);
+            let stored = m.hash(&client_key);
+            let without_proof = format!("c=biws,r={prefix}{}", get('r'));
+            let auth = format!("{},{sf},{without_proof}", self.first_bare);
+            let sig = m.hmac(&stored, &[auth.as_bytes()]);
+            let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
+            format!("{without_proof},p={}", b64(&proof)).into_bytes()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example exchange of RFC 7677, section 3.
+    #[test]
+    fn rfc7677_example_exchange_verifies() {
+        let salt = unb64("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let credential = Credential::from_password(Mechanism::Sha256, "pencil", &salt, 4096);
+        let first = ClientFirst::parse(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO").unwrap();
+        assert_eq!(first.user, "user");
+        let mut exchange = ServerExchange::new(Mechanism::Sha256, first, credential, b"");
+        // The RFC's server nonce, in place of a random one.
+        exchange.nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0".to_string();
+        exchange.server_first = format!("r={},s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", exchange.nonce);
+        let last = exchange
+            .finish(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+            .unwrap();
+        assert_eq!(last, b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=");
+    }
+
+    #[test]
+    fn wrong_password_is_refused_for_both_mechanisms() {
+        for m in Mechanism::ALL {
+            let credential = Credential::from_password(m, "right", b"salty", 4096);
+            for (password, ok) in [("right", true), ("wrong", false)] {
+                let (client, first) = client::Client::first(m, "alice", password, "abc");
+                let parsed = ClientFirst::parse(&first).unwrap();
+                let exchange = ServerExchange::new(m, parsed, credential.clone(), b"srv");
+                let last = client.last(exchange.server_first());
+                assert_eq!(exchange.finish(&last).is_ok(), ok, "{m:?} {password}");
+            }
+            assert!(credential.matches_password(m, "right"));
+            assert!(!credential.matches_password(m, "wrong"));
+        }
+    }
+
+    #[test]
+    fn old_librdkafkas_doubled_client_nonce_is_accepted_a_foreign_one_not() {
+        let m = Mechanism::Sha256;
+        let credential = Credential::from_password(m, "pw", b"salt", 4096);
+        for (prefix, ok) in [("", true), ("cnonce", true), ("other", true)] {
+            let (client, first) = client::Client::first(m, "u", "pw", "cnonce");
+            let exchange = ServerExchange::new(
+                m,
+                ClientFirst::parse(&first).unwrap(),
+                credential.clone(),
+                b"s",
+            );
+            let last = client.last_with_nonce_prefix(exchange.server_first(), prefix);
+            assert_eq!(exchange.finish(&last).is_ok(), ok, "{prefix}");
+        }
+        // A nonce without the server's part is refused.
+        let (client, first) = client::Client::first(m, "u", "pw", "cnonce");
+        let exchange =
+            ServerExchange::new(m, ClientFirst::parse(&first).unwrap(), credential, b"s");
+        let forged = b"r=cnonce,s=c2FsdA==,i=4096".to_vec();
+        assert!(exchange.finish(&client.last(&forged)).is_err());
+    }
+
+    #[test]
+    fn escaped_user_names_and_bad_messages() {
+        let first = ClientFirst::parse(b"n,,n=a=2Cb=3Dc,r=x").unwrap();
+        assert_eq!(first.user, "a,b=c");
+        for bad in [
+            &b"n,,n=a=2,r=x"[..],
+            b"p=tls,,n=a,r=x",
+            b"n,,r=x",
+            b"",
+            b"n,,n=a",
+            b"\xff",
+        ] {
+            assert!(ClientFirst::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

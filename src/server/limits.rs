@@ -1,0 +1,174 @@
+//! Connection limits, as Kafka sets them: `max.connections`,
+//! `max.connections.per.ip` (with per-address overrides) and
+//! `connections.max.idle.ms`.
+//!
+//! They answer different threats and so act differently, like Kafka's
+//! acceptor. One address opening too many connections is a misbehaving or
+//! hostile client: its extra connection is accepted and closed at once, and
+//! it alone suffers. The broker-wide limit protects the process (file
+//! descriptors, memory per connection); reaching it says nothing about the
+//! next client, so the accept loop stops accepting until a connection ends
+//! and the kernel's backlog holds the newcomers meanwhile. An idle
+//! connection is closed so that clients that vanished without a FIN do not
+//! hold their slot forever.
+//!
+//! A `Permit` is the slot of one connection; dropping it (the connection's
+//! task ending, however it ends) gives the slot back.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::config::BrokerConfig;
+
+pub struct ConnectionLimits {
+    max: usize,
+    per_ip: usize,
+    overrides: HashMap<IpAddr, usize>,
+    idle: Option<Duration>,
+    open: Mutex<Open>,
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_ip: HashMap<IpAddr, usize>,
+}
+
+/// One admitted connection's slot.
+pub struct Permit {
+    limits: Arc<ConnectionLimits>,
+    ip: IpAddr,
+}
+
+impl ConnectionLimits {
+    pub fn new(
+        max: usize,
+        per_ip: usize,
+        overrides: HashMap<IpAddr, usize>,
+        idle: Option<Duration>,
+    ) -> Arc<ConnectionLimits> {
+        Arc::new(ConnectionLimits {
+            max: max.max(1),
+            per_ip,
+            overrides,
+            idle,
+            open: Mutex::new(Open::default()),
+            freed: Notify::new(),
+        })
+    }
+
+    pub fn from_config(c: &BrokerConfig) -> Arc<ConnectionLimits> {
+        let idle = (c.connections_max_idle_ms > 0)
+            .then(|| Duration::from_millis(c.connections_max_idle_ms as u64));
+        ConnectionLimits::new(
+            c.max_connections,
+            c.max_connections_per_ip,
+            c.max_connections_per_ip_overrides.0.clone(),
+            idle,
+        )
+    }
+
+    /// How long a connection may go without a request before it is closed.
+    pub fn idle(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    /// Waits until the broker is below `max.connections` (call before accepting).
+    pub async fn wait_for_slot(&self) {
+        loop {
+            let freed = self.freed.notified();
+            if self.open.lock().total < self.max {
+                return;
+            }
+            freed.await;
+        }
+    }
+
+    /// Takes a slot for a connection from `ip`, or `None` when that address
+    /// already has its quota (the caller closes the connection).
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
+        let quota = self.overrides.get(&ip).copied().unwrap_or(self.per_ip);
+        let mut open = self.open.lock();
+        let n = open.by_ip.entry(ip).or_default();
+        if *n >= quota {
+            if *n == 0 {
+                open.by_ip.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        open.total += 1;
+        Some(Permit {
+            limits: self.clone(),
+            ip,
+        })
+    }
+
+    /// Connections currently open.
+    pub fn open(&self) -> usize {
+        self.open.lock().total
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut open = self.limits.open.lock();
+        open.total -= 1;
+        if let Some(n) = open.by_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.by_ip.remove(&self.ip);
+            }
+        }
+        drop(open);
+        self.limits.freed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_ip_overrides;
+
+    #[test]
+    fn per_ip_quota_and_overrides_and_slots_come_back() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "::1".parse().unwrap();
+        let overrides = parse_ip_overrides("[::1]:0, 10.0.0.9:5").unwrap().0;
+        assert_eq!(overrides.get(&b), Some(&0));
+        let limits = ConnectionLimits::new(10, 2, overrides, None);
+        let p1 = limits.admit(a).unwrap();
+        let _p2 = limits.admit(a).unwrap();
+        assert!(limits.admit(a).is_none());
+        assert!(
+            limits.admit(b).is_none(),
+            "an override of 0 refuses the address"
+        );
+        drop(p1);
+        assert!(limits.admit(a).is_some());
+        assert!(parse_ip_overrides("host:1").is_err());
+    }
+
+    #[tokio::test]
+    async fn waits_for_a_slot_at_the_broker_limit() {
+        let limits = ConnectionLimits::new(1, 10, HashMap::new(), None);
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let p = limits.admit(ip).unwrap();
+        let l = limits.clone();
+        let waiter = tokio::spawn(async move { l.wait_for_slot().await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished());
+        drop(p);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(limits.open(), 0);
+    }
+}
