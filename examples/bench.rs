@@ -293,6 +293,7 @@ fn produce(
             if (txn.commit_every_records > 0 && *n >= txn.commit_every_records)
                 || (txn.commit_every_ms > 0 && began.elapsed() >= commit_every_ms)
             {
+                wait_delivered(&producer)?;
                 producer
                     .commit_transaction(Duration::from_secs(60))
                     .context("commit")?;
@@ -302,6 +303,7 @@ fn produce(
         }
     }
     if open.is_some() {
+        wait_delivered(&producer)?;
         producer
             .commit_transaction(Duration::from_secs(60))
             .context("commit")?;
@@ -363,6 +365,23 @@ impl ProducerContext for Acks {
         }
         *last = Some(now);
     }
+}
+
+/// Waits until every record sent so far is acknowledged, as
+/// `commit_transaction` must before it commits. rust-rdkafka's own flush of a
+/// `ThreadedProducer` waits in 100 ms polls whose events the polling thread
+/// takes first, which would cap a transactional producer at ten commits a
+/// second; librdkafka's flush waits for the polling thread instead (and, like
+/// Kafka's commitTransaction, sends what lingers at once).
+fn wait_delivered<C: ProducerContext>(producer: &ThreadedProducer<C>) -> anyhow::Result<()> {
+    let rk = producer.client().native_ptr();
+    // SAFETY: `rk` is the live handle owned by `producer`, borrowed for the call.
+    let err = unsafe { rdkafka::bindings::rd_kafka_flush(rk, 60_000) };
+    anyhow::ensure!(
+        err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+        "records not acknowledged in 60 s"
+    );
+    Ok(())
 }
 
 fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
