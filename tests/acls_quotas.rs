@@ -2,7 +2,8 @@
 //! requests: a topic the principal may not read is hidden from Metadata and
 //! refused with TOPIC_AUTHORIZATION_FAILED, a PREFIXED allow and a LITERAL
 //! deny combine as in Kafka, ACLs survive a wiped data directory, and a
-//! client over its produce quota is throttled to near its quota.
+//! client over its produce quota is throttled to near its quota, and one over
+//! its request_percentage is throttled and muted.
 //!
 //! Until authentication lands every client is `User:ANONYMOUS`, so the
 //! brokers run with `--allow-everyone-if-no-acl-found true`: a resource with
@@ -354,6 +355,33 @@ async fn a_client_over_its_produce_quota_is_throttled_near_the_quota() {
     assert!(
         rate > QUOTA * 0.5 && rate < QUOTA * 1.6,
         "{rate:.0} B/s against a quota of {QUOTA} B/s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_over_its_request_percentage_is_throttled_and_muted() {
+    let broker = InProcess::start(&[]).await;
+    // 0.01% of a thread: a millisecond of handler time in a ten-second window.
+    set_quota(broker.addr(), "raw-test", "request_percentage", 0.01).await;
+
+    let mut raw = Raw::connect(broker.addr()).await;
+    let req = MetadataRequest::default().with_topics(None);
+    let mut throttle = 0;
+    for _ in 0..20_000 {
+        let resp: MetadataResponse = raw.call(ApiKey::Metadata, 12, &req).await;
+        throttle = resp.throttle_time_ms;
+        if throttle > 0 {
+            break;
+        }
+    }
+    assert!(throttle > 0, "never throttled");
+    // The broker reads nothing more from the connection until then.
+    let started = Instant::now();
+    let _: MetadataResponse = raw.call(ApiKey::Metadata, 12, &req).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(throttle as u64 * 9 / 10),
+        "answered after {:?}, throttled for {throttle} ms",
+        started.elapsed()
     );
 }
 

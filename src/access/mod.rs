@@ -243,14 +243,15 @@ impl Access {
         Ok(())
     }
 
-    /// Records `bytes` produced or fetched by `(user, client_id)` and returns
-    /// how long to throttle it (zero without a quota or under it).
-    pub fn record_bytes(
+    /// Records `amount` (bytes produced or fetched, or microseconds of
+    /// handler time) used by `(user, client_id)` and returns how long to
+    /// throttle it (zero without a quota or under it).
+    pub fn record_usage(
         &self,
         direction: Direction,
         principal: &Principal,
         client_id: &str,
-        bytes: u64,
+        amount: u64,
         now_ms: u64,
     ) -> Duration {
         let doc = self.doc();
@@ -258,7 +259,7 @@ impl Access {
             return Duration::ZERO;
         }
         match quota::resolve(&doc.quotas, &principal.name, client_id, direction.key()) {
-            Some(q) => self.meters.record(direction, q, bytes, now_ms),
+            Some(q) => self.meters.record(direction, q, amount, now_ms),
             None => Duration::ZERO,
         }
     }

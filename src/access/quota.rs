@@ -11,6 +11,11 @@
 //! when the rate is over the quota, the throttle time is how long the
 //! client must stay silent for its rate over the window to come back to
 //! the quota: `(rate - quota) / quota × window`, as Kafka computes it.
+//!
+//! `request_percentage` is metered the same way in microseconds of the time
+//! handlers spend computing responses (the time their futures are polled,
+//! not the time they wait for disks or long polls): Kafka's request-handler
+//! thread time, where 100% is one thread.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -134,11 +139,14 @@ impl Meter {
     }
 }
 
-/// Produce or fetch: each has its own quota key and meters.
+/// What a meter counts: bytes produced, bytes fetched, or the time spent
+/// handling requests. Each has its own quota key and meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
     Produce,
     Fetch,
+    /// Microseconds of handler time.
+    Request,
 }
 
 impl Direction {
@@ -146,6 +154,17 @@ impl Direction {
         match self {
             Direction::Produce => PRODUCER_BYTE_RATE,
             Direction::Fetch => CONSUMER_BYTE_RATE,
+            Direction::Request => REQUEST_PERCENTAGE,
+        }
+    }
+
+    /// One unit of the quota in what the meter counts per second: a byte for
+    /// the byte rates; for `request_percentage`, where 100 is one thread
+    /// busy all the time, 10,000 microseconds.
+    fn scale(self) -> f64 {
+        match self {
+            Direction::Request => 10_000.0,
+            Direction::Produce | Direction::Fetch => 1.0,
         }
     }
 }
@@ -157,19 +176,20 @@ pub struct Meters {
 }
 
 impl Meters {
-    /// Records `bytes` against the meter `quota` names and returns how long
+    /// Records `amount` against the meter `quota` names and returns how long
     /// the client must now be throttled (zero under the quota).
     pub fn record(
         &self,
         direction: Direction,
         quota: (f64, QuotaEntity),
-        bytes: u64,
+        amount: u64,
         now_ms: u64,
     ) -> Duration {
         let (limit, entity) = quota;
+        let limit = limit * direction.scale();
         let mut meters = self.meters.lock();
         let meter = meters.entry((direction, entity)).or_default();
-        meter.record(now_ms, bytes);
+        meter.record(now_ms, amount);
         throttle(meter.rate(now_ms), limit, meter.window_ms(now_ms))
     }
 }
@@ -254,5 +274,25 @@ mod tests {
             meters.record(Direction::Fetch, q(), 10, 600),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn request_percentage_meters_microseconds_of_handler_time() {
+        let meters = Meters::default();
+        let entity = QuotaEntity {
+            user: None,
+            client_id: Some(Some("c".into())),
+        };
+        // 1% of a thread is 10 ms a second: 100 ms over the ten-second
+        // window a young meter counts as.
+        let q = || (1.0, entity.clone());
+        assert!(meters.record(Direction::Request, q(), 90_000, 0).is_zero());
+        let t = meters.record(Direction::Request, q(), 20_000, 1);
+        // 110 ms against 100 ms allowed: 10% over, a tenth of the window.
+        assert_eq!(t, Duration::from_millis(1000));
+        // Bytes and time do not share meters.
+        assert!(meters
+            .record(Direction::Produce, (1000.0, entity.clone()), 100, 2)
+            .is_zero());
     }
 }

@@ -16,12 +16,14 @@
 use std::future::Future;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 use super::metrics::ErrorCodes;
+use super::quotas::{RequestMeter, Throttled};
 use crate::access::acl::Operation;
 use crate::access::quota::Direction;
 use crate::principal::Principal;
@@ -226,13 +228,18 @@ pub fn find(key: i16, version: i16) -> Option<&'static Api> {
         .find(|api| api.key == key && api.versions.contains(&version))
 }
 
-fn ready<Req, Resp: Encodable + ErrorCodes>(
+fn ready<Req, Resp: Encodable + ErrorCodes + Throttled>(
     broker: &Arc<Broker>,
     request: Req,
     cx: Ctx<'_>,
     handler: impl FnOnce(&Arc<Broker>, Req, &Ctx<'_>) -> Resp,
 ) -> Reply {
-    let response = handler(broker, request, &cx);
+    let meter = RequestMeter::new(broker, &cx);
+    let started = meter.as_ref().map(|_| Instant::now());
+    let mut response = handler(broker, request, &cx);
+    if let (Some(meter), Some(started)) = (meter, started) {
+        meter.charge(&mut response, started.elapsed());
+    }
     if let Some(m) = &broker.metrics {
         response.each_error(&mut |code| m.error(cx.key, cx.version, code));
     }
@@ -247,13 +254,19 @@ fn later<Req, Fut>(
 ) -> Reply
 where
     Fut: Future + Send + 'static,
-    Fut::Output: Encodable + ErrorCodes,
+    Fut::Output: Encodable + ErrorCodes + Throttled,
 {
+    let meter = RequestMeter::new(broker, &cx);
+    let started = meter.as_ref().map(|_| Instant::now());
     let pending = handler(broker, request, &cx);
+    let called = started.map(|s| s.elapsed()).unwrap_or_default();
     let encoder = cx.encoder();
     let count_errors = cx.count_errors(broker);
     Box::pin(async move {
-        let response = pending.await;
+        let (mut response, busy) = quotas::busy_time(pending, meter.is_some()).await;
+        if let Some(meter) = meter {
+            meter.charge(&mut response, called + busy);
+        }
         count_errors(&response);
         encoder.frame(&response)
     })
@@ -267,18 +280,24 @@ fn later_or_silent<Req, Resp, Fut>(
 ) -> Reply
 where
     Fut: Future<Output = Option<Resp>> + Send + 'static,
-    Resp: Encodable + ErrorCodes,
+    Resp: Encodable + ErrorCodes + Throttled,
 {
+    let meter = RequestMeter::new(broker, &cx);
+    let started = meter.as_ref().map(|_| Instant::now());
     let pending = handler(broker, request, &cx);
+    let called = started.map(|s| s.elapsed()).unwrap_or_default();
     let encoder = cx.encoder();
     let count_errors = cx.count_errors(broker);
     Box::pin(async move {
-        match pending.await {
-            Some(response) => {
+        match quotas::busy_time(pending, meter.is_some()).await {
+            (Some(mut response), busy) => {
+                if let Some(meter) = meter {
+                    meter.charge(&mut response, called + busy);
+                }
                 count_errors(&response);
                 encoder.frame(&response)
             }
-            None => Some(Bytes::new()),
+            (None, _) => Some(Bytes::new()),
         }
     })
 }

@@ -5,7 +5,10 @@
 //! answers. A produce is measured by the record bytes it carries, a fetch
 //! by those it returns; once a client's meter is over its quota the
 //! response carries `throttle_time_ms` and the connection is muted for that
-//! long (KIP-219): the broker reads nothing more from it until then.
+//! long (KIP-219): the broker reads nothing more from it until then. Every
+//! request with a `throttle_time_ms` is also charged the time its handler
+//! ran against `request_percentage` (see `access::quota`), and throttled the
+//! same way when over it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,19 +31,19 @@ fn text(s: impl Into<String>) -> Option<StrBytes> {
     Some(StrBytes::from_string(s.into()))
 }
 
-/// How long the request's sender must now wait, after `bytes` more.
+/// How long the request's sender must now wait, after using `amount` more.
 pub fn throttle(
     b: &Broker,
     principal: &Principal,
     client_id: &str,
     mute: &Mute,
     direction: Direction,
-    bytes: u64,
+    amount: u64,
 ) -> Duration {
     let now = b.clock.now_ms().max(0) as u64;
     let t = b
         .access
-        .record_bytes(direction, principal, client_id, bytes, now);
+        .record_usage(direction, principal, client_id, amount, now);
     if !t.is_zero() {
         mute.extend(now + t.as_millis() as u64);
     }
@@ -50,6 +53,105 @@ pub fn throttle(
 pub fn millis(t: Duration) -> i32 {
     t.as_millis().min(i32::MAX as u128) as i32
 }
+
+/// Charges one request's handler time to its client's `request_percentage`
+/// quota. Made only while some quota is set, so that a broker without
+/// quotas neither clones the principal nor reads the clock per request.
+pub struct RequestMeter {
+    broker: Arc<Broker>,
+    principal: Principal,
+    client_id: String,
+    mute: Arc<Mute>,
+}
+
+impl RequestMeter {
+    pub fn new(b: &Arc<Broker>, cx: &Ctx<'_>) -> Option<RequestMeter> {
+        if b.access.doc().quotas.is_empty() {
+            return None;
+        }
+        Some(RequestMeter {
+            broker: b.clone(),
+            principal: cx.principal.clone(),
+            client_id: cx.client_id.as_deref().unwrap_or_default().to_string(),
+            mute: cx.mute.clone(),
+        })
+    }
+
+    /// Records `busy` and puts the resulting throttle into the response.
+    /// Responses without `throttle_time_ms` (SASL, WriteTxnMarkers) are
+    /// exempt, as in Kafka.
+    pub fn charge(&self, response: &mut impl Throttled, busy: Duration) {
+        let Some(field) = response.throttle_time_ms() else {
+            return;
+        };
+        let t = throttle(
+            &self.broker,
+            &self.principal,
+            &self.client_id,
+            &self.mute,
+            Direction::Request,
+            busy.as_micros() as u64,
+        );
+        *field = (*field).max(millis(t));
+    }
+}
+
+/// Polls `f` and adds up the time spent in its polls when `timed`: what a
+/// request costs the broker's threads, without the time it waits.
+pub async fn busy_time<F: std::future::Future>(f: F, timed: bool) -> (F::Output, Duration) {
+    let mut f = std::pin::pin!(f);
+    let mut busy = Duration::ZERO;
+    let out = std::future::poll_fn(|cx| {
+        if !timed {
+            return f.as_mut().poll(cx);
+        }
+        let started = std::time::Instant::now();
+        let r = f.as_mut().poll(cx);
+        busy += started.elapsed();
+        r
+    })
+    .await;
+    (out, busy)
+}
+
+/// A response whose client can be told to back off.
+pub trait Throttled {
+    fn throttle_time_ms(&mut self) -> Option<&mut i32>;
+}
+
+macro_rules! throttled {
+    ($($t:ty),* ; without $($u:ty),*) => {
+        $(impl Throttled for $t {
+            fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+                Some(&mut self.throttle_time_ms)
+            }
+        })*
+        $(impl Throttled for $u {
+            fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+                None
+            }
+        })*
+    };
+}
+
+throttled!(
+    ProduceResponse, FetchResponse, ListOffsetsResponse, MetadataResponse, ApiVersionsResponse,
+    CreateTopicsResponse, DeleteTopicsResponse, DeleteRecordsResponse, InitProducerIdResponse,
+    AddPartitionsToTxnResponse, AddOffsetsToTxnResponse, EndTxnResponse, TxnOffsetCommitResponse,
+    OffsetForLeaderEpochResponse, DescribeConfigsResponse, AlterConfigsResponse,
+    CreatePartitionsResponse, IncrementalAlterConfigsResponse, DescribeClusterResponse,
+    FindCoordinatorResponse, JoinGroupResponse, SyncGroupResponse, HeartbeatResponse,
+    LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse, ListGroupsResponse,
+    DescribeGroupsResponse, DeleteGroupsResponse, OffsetDeleteResponse, DescribeLogDirsResponse,
+    CreateAclsResponse, DescribeAclsResponse, DeleteAclsResponse, ElectLeadersResponse,
+    AlterPartitionReassignmentsResponse, ListPartitionReassignmentsResponse,
+    DescribeTransactionsResponse, ListTransactionsResponse, DescribeClientQuotasResponse,
+    AlterClientQuotasResponse, DescribeTopicPartitionsResponse, ConsumerGroupHeartbeatResponse,
+    ConsumerGroupDescribeResponse, DescribeProducersResponse, DescribeUserScramCredentialsResponse,
+    AlterUserScramCredentialsResponse;
+    without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
+    SaslAuthenticateResponse
+);
 
 fn entity_of(parts: impl Iterator<Item = (String, Option<String>)>) -> Result<QuotaEntity, String> {
     let mut e = QuotaEntity::default();
