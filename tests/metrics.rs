@@ -1,7 +1,7 @@
 //! `--metrics-listen`: the broker binary's `/metrics`, parsed as Prometheus
 //! text, shows the traffic librdkafka just generated; `/healthz` answers
 //! while the broker starts and `/readyz` only once it serves and its object
-//! store answers.
+//! store answers (and, in a cluster, while its etcd lease is live).
 
 mod common;
 
@@ -238,4 +238,27 @@ async fn readyz_waits_for_start_up_and_follows_the_store() {
     store.set(Fault::None);
     wait_for_status(&format!("{base}/readyz"), 200).await;
     server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_in_a_cluster_follows_the_etcd_lease() {
+    let metrics_port = free_port();
+    let settings = common::cluster::Settings {
+        extra: vec![
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{metrics_port}"),
+        ],
+        ..Default::default()
+    };
+    let Some(mut cluster) = common::cluster::Cluster::start_with(&[1], settings).await else {
+        return;
+    };
+    let readyz = format!("http://127.0.0.1:{metrics_port}/readyz");
+    wait_for_status(&readyz, 200).await;
+    // Without etcd the lease lapses and the broker serves nothing.
+    cluster.stop_etcd();
+    let body = wait_for_status(&readyz, 503).await;
+    assert!(body.contains("lease"), "{body}");
+    cluster.start_etcd().await;
+    wait_for_status(&readyz, 200).await;
 }

@@ -7,6 +7,8 @@
 //! loaded and the object store answers. The store probe is a HEAD of a key
 //! that does not exist (not found is an answer), cached for a second so a
 //! load balancer polling many times a second costs the store one request.
+//! In cluster mode the broker is also not ready while its etcd lease is
+//! lost: it serves nothing then, and clients should go elsewhere.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +26,8 @@ use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Mutex};
 
+use crate::cluster::LeaseState;
+
 /// How long a store probe's answer is reused.
 const PROBE_TTL: Duration = Duration::from_secs(1);
 /// A store that has not answered by then counts as unreachable.
@@ -36,6 +40,8 @@ pub struct Health {
     serving: AtomicBool,
     registry: OnceLock<Registry>,
     probe: Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The cluster membership's lease, in cluster mode.
+    lease: OnceLock<watch::Receiver<LeaseState>>,
 }
 
 impl Health {
@@ -45,7 +51,13 @@ impl Health {
             serving: AtomicBool::new(false),
             registry: OnceLock::new(),
             probe: Mutex::new(None),
+            lease: OnceLock::new(),
         })
+    }
+
+    /// In cluster mode: ready only while `lease` is live.
+    pub fn member(&self, lease: watch::Receiver<LeaseState>) {
+        let _ = self.lease.set(lease);
     }
 
     /// The broker is up: metrics are served from `registry` from now on.
@@ -137,6 +149,14 @@ async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: the broker is starting or stopping\n".into(),
         );
+    }
+    if let Some(lease) = health.lease.get() {
+        if *lease.borrow() == LeaseState::Lost {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the cluster lease in etcd is lost\n".into(),
+            );
+        }
     }
     match health.store_reachable().await {
         Ok(()) => (StatusCode::OK, "ready\n".into()),

@@ -250,6 +250,7 @@ impl Server {
             .await?,
         );
         let cluster_node = joined.as_ref().map(|j| j.node.clone());
+        let lease = cluster_node.as_ref().map(|n| n.member().subscribe());
         let txn_leadership = cluster_node.as_ref().and_then(|node| {
             let id = catalog.topic(TXN_TOPIC)?.id();
             let node = node.clone();
@@ -415,6 +416,9 @@ impl Server {
                 store: store_requests.clone(),
                 merges,
             }));
+            if let Some(lease) = lease {
+                health.member(lease);
+            }
             health.serving(registry);
         }
         tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
