@@ -114,6 +114,24 @@ struct Target {
     topic: String,
     #[arg(long, default_value_t = 1)]
     partitions: i32,
+    /// More librdkafka settings, `name=value` (e.g. security.protocol).
+    #[arg(long = "client-property")]
+    properties: Vec<String>,
+}
+
+impl Target {
+    /// A client of the bootstrap servers with the extra settings.
+    fn client(&self) -> anyhow::Result<ClientConfig> {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap);
+        for p in &self.properties {
+            let (name, value) = p
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--client-property {p}: expected name=value"))?;
+            config.set(name, value);
+        }
+        Ok(config)
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -153,8 +171,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn create(t: &Target, configs: &[String]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &t.bootstrap)
+    let admin: AdminClient<DefaultClientContext> = t.client()?
         .create()?;
     let mut topic = NewTopic::new(&t.topic, t.partitions, TopicReplication::Fixed(1));
     for c in configs {
@@ -218,9 +235,8 @@ fn produce(
         micros: Mutex::new(Vec::with_capacity(records as usize)),
         failed: AtomicU64::new(0),
     };
-    let mut config = ClientConfig::new();
+    let mut config = t.client()?;
     config
-        .set("bootstrap.servers", &t.bootstrap)
         .set("acks", acks)
         .set("linger.ms", linger_ms.to_string())
         .set("batch.size", batch_bytes.to_string())
@@ -389,8 +405,7 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
         partitions: Mutex::new(vec![(None, Duration::ZERO); t.partitions as usize]),
         ..Acks::default()
     };
-    let producer: ThreadedProducer<Acks> = ClientConfig::new()
-        .set("bootstrap.servers", &t.bootstrap)
+    let producer: ThreadedProducer<Acks> = t.client()?
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
@@ -436,8 +451,7 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
 }
 
 fn consume(t: &Target, records: u64, isolation: &str) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &t.bootstrap)
+    let consumer: BaseConsumer = t.client()?
         .set("isolation.level", isolation)
         // Required by librdkafka, unused: reading by assignment only.
         .set("group.id", "strata-bench")
@@ -485,8 +499,7 @@ fn consume(t: &Target, records: u64, isolation: &str) -> anyhow::Result<()> {
 }
 
 fn count(t: &Target) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &t.bootstrap)
+    let consumer: BaseConsumer = t.client()?
         .set("group.id", "strata-bench")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")

@@ -103,16 +103,16 @@ pub async fn accept(
 ) {
     let peer = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     match &listener.tls {
         None => {
             let (r, w) = stream.into_split();
             serve(
-                r,
+                FrameReader::new(r, max_frame),
                 w,
                 peer,
                 Principal::anonymous(),
                 broker,
-                max_frame,
                 listener,
             )
             .await
@@ -144,7 +144,8 @@ pub async fn accept(
                 _ => Principal::anonymous(),
             };
             let (r, w) = tokio::io::split(tls);
-            serve(r, w, peer, principal, broker, max_frame, listener).await
+            let frames = FrameReader::over_socket(r, max_frame, fd);
+            serve(frames, w, peer, principal, broker, listener).await
         }
     }
 }
@@ -160,12 +161,11 @@ enum Auth {
 }
 
 async fn serve<R, W>(
-    read_half: R,
+    mut frames: FrameReader<R>,
     write_half: W,
     peer: Option<SocketAddr>,
     mut principal: Principal,
     broker: Arc<Broker>,
-    max_frame: usize,
     listener: Arc<Listener>,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
@@ -201,7 +201,6 @@ async fn serve<R, W>(
     let mut authenticated: Option<Principal> = None;
     let mut expires: Option<Instant> = None;
     let mute = Arc::new(Mute::default());
-    let mut frames = FrameReader::new(read_half, max_frame);
     loop {
         // A throttled client's next request waits out its throttle (KIP-219).
         let muted = mute.remaining(broker.clock.now_ms().max(0) as u64);
