@@ -154,11 +154,28 @@ pub fn produce(
                 .with_partition_responses(partitions),
         );
     }
-    async move {
-        let waits = durable_waits
+    // The fsyncs start now, not when the connection gets to this reply:
+    // replies go out in order, so a wait inside the reply would begin only
+    // once the request before it was answered, and the requests a producer
+    // pipelines to different partitions (librdkafka sends one per partition)
+    // would be made durable one after another instead of side by side.
+    let durable = (!durable_waits.is_empty()).then(|| {
+        let waits: Vec<(Arc<Partition>, i64)> = durable_waits
             .iter()
-            .map(|(_, _, partition, end)| (partition.as_ref(), *end));
-        let codes = wait_durable(waits, timeout).await;
+            .map(|(_, _, partition, end)| (partition.clone(), *end))
+            .collect();
+        tokio::spawn(async move {
+            wait_durable(waits.iter().map(|(p, end)| (p.as_ref(), *end)), timeout).await
+        })
+    });
+    async move {
+        let codes = match durable {
+            None => Vec::new(),
+            Some(task) => task.await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "waiting for durability failed");
+                vec![ResponseError::KafkaStorageError.code(); durable_waits.len()]
+            }),
+        };
         for ((ti, pi, _, _), code) in durable_waits.iter().zip(codes) {
             if code != 0 {
                 let r = &mut responses[*ti].partition_responses[*pi];

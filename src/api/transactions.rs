@@ -517,7 +517,7 @@ async fn send_markers(
             }
         }
         if remaining.is_empty() {
-            match broker.txn.complete_markers(&job).await {
+            match broker.txn.complete_markers(&job) {
                 Ok(()) => return,
                 Err(TxnError::NotCoordinator) => return,
                 Err(e) => {
