@@ -171,8 +171,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn create(t: &Target, configs: &[String]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = t.client()?
-        .create()?;
+    let admin: AdminClient<DefaultClientContext> = t.client()?.create()?;
     let mut topic = NewTopic::new(&t.topic, t.partitions, TopicReplication::Fixed(1));
     for c in configs {
         let (name, value) = c
@@ -420,7 +419,8 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
         partitions: Mutex::new(vec![(None, Duration::ZERO); t.partitions as usize]),
         ..Acks::default()
     };
-    let producer: ThreadedProducer<Acks> = t.client()?
+    let producer: ThreadedProducer<Acks> = t
+        .client()?
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
@@ -466,7 +466,8 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
 }
 
 fn consume(t: &Target, records: u64, isolation: &str) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = t.client()?
+    let consumer: BaseConsumer = t
+        .client()?
         .set("isolation.level", isolation)
         // Required by librdkafka, unused: reading by assignment only.
         .set("group.id", "strata-bench")
@@ -514,7 +515,8 @@ fn consume(t: &Target, records: u64, isolation: &str) -> anyhow::Result<()> {
 }
 
 fn count(t: &Target) -> anyhow::Result<()> {
-    let consumer: BaseConsumer = t.client()?
+    let consumer: BaseConsumer = t
+        .client()?
         .set("group.id", "strata-bench")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
