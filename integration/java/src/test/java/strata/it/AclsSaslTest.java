@@ -77,8 +77,12 @@ class AclsSaslTest {
     List<String> cmd = List.of(GroupSupport.StrataProcess.binary().toString(), "serve",
         "--listener", "SASL_PLAINTEXT://" + bootstrap(), "--data-dir", dataDir.toString(),
         "--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret];SCRAM-SHA-512=[name=alice,password=alice-secret]",
-        "--authorizer", "acl", "--super-users", "User:admin");
-    broker = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(dataDir.resolve("broker.log").toFile()).start();
+        "--authorizer", "acl", "--super-users", "User:admin;User:broker",
+        // The broker's own clients (its compaction worker) log in too.
+        "--inter-broker-sasl-username", "broker");
+    ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(dataDir.resolve("broker.log").toFile());
+    pb.environment().put("STRATA_INTER_BROKER_SASL_PASSWORD", "broker-secret");
+    broker = pb.start();
     long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
     while (true) {
       try (Socket s = new Socket()) {
