@@ -45,6 +45,8 @@ use crate::principal::Principal;
 const MAX_IN_FLIGHT: usize = 64;
 /// A TLS handshake not done by then is abandoned.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What the socket under a TLS connection is read in.
+const TLS_READ_BUFFER: usize = 64 * 1024;
 
 /// Counts the connection as open while it lives.
 struct Open(Option<Arc<RequestMetrics>>);
@@ -118,6 +120,9 @@ pub async fn accept(
             .await
         }
         Some(acceptor) => {
+            // rustls reads ciphertext 4 KiB at a time: from a buffer, not a
+            // system call each.
+            let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);
             let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
                 .await
             {
