@@ -16,8 +16,8 @@
 //! quarter). Plaintext clients write whole requests at once, and there the
 //! mark only delays copying until the last byte (measured: a fifth slower),
 //! so it is not used. The kernel still wakes the reader early when its
-//! buffer or the window runs short, so a mark set too high cannot stall
-//! the connection.
+//! buffer or the window runs short; the mark stays below what the socket
+//! still has to deliver for the frame, so it is always met.
 
 use std::os::fd::RawFd;
 
@@ -29,6 +29,12 @@ const READ_CHUNK: usize = 64 * 1024;
 const LOWAT_MIN: usize = 64 * 1024;
 /// The highest mark set: the kernel caps it at half its buffer anyway.
 const LOWAT_MAX: usize = 1024 * 1024;
+/// What the reader may hold between the socket and this frame reader while
+/// it waits: under TLS, one incomplete record (16 KiB and its overhead).
+/// The bytes the socket still has to deliver can be that much fewer than
+/// those missing from the frame, and a mark above them would never be met
+/// by a client that waits for the answer.
+const HELD_ABOVE: usize = 17 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameReadError {
@@ -76,10 +82,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let Some(fd) = self.socket else {
             return;
         };
-        let want = if missing >= LOWAT_MIN {
-            missing.min(LOWAT_MAX)
-        } else {
-            1
+        // Less what the layer above the socket may already hold.
+        let want = match missing.saturating_sub(HELD_ABOVE) {
+            w if w >= LOWAT_MIN => w.min(LOWAT_MAX),
+            _ => 1,
         };
         if want == self.lowat {
             return;
@@ -181,5 +187,83 @@ mod tests {
         let small = tokio::time::timeout(std::time::Duration::from_secs(5), r.next()).await;
         assert_eq!(small.unwrap().unwrap().unwrap(), Bytes::from_static(b"ok"));
         drop(writer.await.unwrap());
+    }
+
+    /// Like rustls: reads the socket, but hands on only whole records
+    /// (here a 2-byte length and that many bytes), holding a partial one.
+    struct Records {
+        inner: tokio::net::TcpStream,
+        raw: Vec<u8>,
+        plain: std::collections::VecDeque<u8>,
+    }
+
+    impl AsyncRead for Records {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let this = self.get_mut();
+            loop {
+                while this.raw.len() >= 2 {
+                    let n = u16::from_be_bytes([this.raw[0], this.raw[1]]) as usize;
+                    if this.raw.len() < 2 + n {
+                        break;
+                    }
+                    this.plain.extend(&this.raw[2..2 + n]);
+                    this.raw.drain(..2 + n);
+                }
+                if !this.plain.is_empty() {
+                    let k = buf.remaining().min(this.plain.len());
+                    let out: Vec<u8> = this.plain.drain(..k).collect();
+                    buf.put_slice(&out);
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                let mut tmp = [0u8; 4096];
+                let mut rb = tokio::io::ReadBuf::new(&mut tmp);
+                std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+                if rb.filled().is_empty() {
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                this.raw.extend_from_slice(rb.filled());
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_record_held_above_the_socket_does_not_stall_a_large_frame() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let body = vec![7u8; 300_000];
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        let mut wire = Vec::new();
+        for record in frame.chunks(16 * 1024) {
+            wire.extend_from_slice(&(record.len() as u16).to_be_bytes());
+            wire.extend_from_slice(record);
+        }
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut out = tokio::net::TcpStream::connect(addr).await.unwrap();
+            // Ten whole records and half of the eleventh, then a pause: the
+            // reader holds the half record while it waits for the rest.
+            let first = 10 * (2 + 16 * 1024) + 8 * 1024;
+            out.write_all(&wire[..first]).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            out.write_all(&wire[first..]).await.unwrap();
+            // Like a client waiting for its answer: nothing more is sent.
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        });
+        let (stream, _) = listener.accept().await.unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        let records = Records {
+            inner: stream,
+            raw: Vec::new(),
+            plain: Default::default(),
+        };
+        let mut r = FrameReader::over_socket(records, 1_000_000, fd);
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), r.next()).await;
+        assert_eq!(got.expect("stalled").unwrap().unwrap(), Bytes::from(body));
+        writer.abort();
     }
 }
