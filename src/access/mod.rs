@@ -243,7 +243,7 @@ impl Access {
         Ok(())
     }
 
-    /// Records `amount` (bytes produced or fetched, or microseconds of
+    /// Records `amount` (bytes produced or fetched, or nanoseconds of
     /// handler time) used by `(user, client_id)` and returns how long to
     /// throttle it (zero without a quota or under it).
     pub fn record_usage(

@@ -12,7 +12,7 @@
 //! client must stay silent for its rate over the window to come back to
 //! the quota: `(rate - quota) / quota × window`, as Kafka computes it.
 //!
-//! `request_percentage` is metered the same way in microseconds of the time
+//! `request_percentage` is metered the same way in nanoseconds of the time
 //! handlers spend computing responses (the time their futures are polled,
 //! not the time they wait for disks or long polls): Kafka's request-handler
 //! thread time, where 100% is one thread.
@@ -145,7 +145,7 @@ impl Meter {
 pub enum Direction {
     Produce,
     Fetch,
-    /// Microseconds of handler time.
+    /// Nanoseconds of handler time (a fast handler takes well under a microsecond).
     Request,
 }
 
@@ -160,10 +160,10 @@ impl Direction {
 
     /// One unit of the quota in what the meter counts per second: a byte for
     /// the byte rates; for `request_percentage`, where 100 is one thread
-    /// busy all the time, 10,000 microseconds.
+    /// busy all the time, ten million nanoseconds.
     fn scale(self) -> f64 {
         match self {
-            Direction::Request => 10_000.0,
+            Direction::Request => 10_000_000.0,
             Direction::Produce | Direction::Fetch => 1.0,
         }
     }
@@ -277,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn request_percentage_meters_microseconds_of_handler_time() {
+    fn request_percentage_meters_nanoseconds_of_handler_time() {
         let meters = Meters::default();
         let entity = QuotaEntity {
             user: None,
@@ -286,8 +286,8 @@ mod tests {
         // 1% of a thread is 10 ms a second: 100 ms over the ten-second
         // window a young meter counts as.
         let q = || (1.0, entity.clone());
-        assert!(meters.record(Direction::Request, q(), 90_000, 0).is_zero());
-        let t = meters.record(Direction::Request, q(), 20_000, 1);
+        assert!(meters.record(Direction::Request, q(), 90_000_000, 0).is_zero());
+        let t = meters.record(Direction::Request, q(), 20_000_000, 1);
         // 110 ms against 100 ms allowed: 10% over, a tenth of the window.
         assert_eq!(t, Duration::from_millis(1000));
         // Bytes and time do not share meters.

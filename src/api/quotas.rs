@@ -90,7 +90,7 @@ impl RequestMeter {
             &self.client_id,
             &self.mute,
             Direction::Request,
-            busy.as_micros() as u64,
+            busy.as_nanos() as u64,
         );
         *field = (*field).max(millis(t));
     }
