@@ -286,7 +286,9 @@ mod tests {
         // 1% of a thread is 10 ms a second: 100 ms over the ten-second
         // window a young meter counts as.
         let q = || (1.0, entity.clone());
-        assert!(meters.record(Direction::Request, q(), 90_000_000, 0).is_zero());
+        assert!(meters
+            .record(Direction::Request, q(), 90_000_000, 0)
+            .is_zero());
         let t = meters.record(Direction::Request, q(), 20_000_000, 1);
         // 110 ms against 100 ms allowed: 10% over, a tenth of the window.
         assert_eq!(t, Duration::from_millis(1000));
