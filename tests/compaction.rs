@@ -20,7 +20,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use strata::catalog::config::TopicConfig;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeOptions, SegmentSource};
 use strata::format::segment::file_name;
-use strata::log::{now_ms, Partition};
+use strata::log::{now_ms, Partition, Visibility};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const KEYS: usize = 20;
@@ -175,7 +175,7 @@ async fn merged_segments_keep_one_record_per_live_key() {
 
     // The merged segment plus the untouched active segment form the log.
     copy_segment_files(&dir, out.path(), active_base);
-    let log = Partition::open(out.path()).unwrap();
+    let log = Partition::open(out.path(), Visibility::default()).unwrap();
     let got = read_all(&log);
 
     // Merged range: exactly the newest record of every key whose newest

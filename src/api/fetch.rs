@@ -135,6 +135,15 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
         if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
             break topics;
         }
+        for w in &wanted {
+            for p in w
+                .partitions
+                .iter()
+                .filter_map(|wp| wp.partition.as_ref().ok())
+            {
+                p.sync_soon();
+            }
+        }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout(deadline - now, changed).await.is_err() {
             break read_all(&wanted, max_bytes, read_committed).await.0;

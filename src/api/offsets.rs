@@ -100,14 +100,14 @@ async fn lookup(
     let fetchable = if read_committed {
         partition.last_stable_offset()
     } else {
-        partition.end_offset()
+        partition.high_watermark()
     };
     Ok(found.filter(|(offset, _)| *offset < fetchable))
 }
 
 fn fixed(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogError> {
     match spec {
-        LATEST => Ok(Some((partition.end_offset(), -1))),
+        LATEST => Ok(Some((partition.high_watermark(), -1))),
         // The log start offset already counts tiered segments and DeleteRecords.
         EARLIEST => Ok(Some((partition.log_start_offset(), -1))),
         EARLIEST_LOCAL => Ok(Some((partition.local_start_offset(), -1))),

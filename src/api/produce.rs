@@ -123,6 +123,9 @@ pub fn produce(
                         && partition.flush_due(policy.flush_messages, policy.flush_ms);
                     if wait_for_disk || (flush && !broker.null_sink) {
                         durable_waits.push((ti, pi, partition, out.last_offset + 1));
+                    } else {
+                        // Consumers see it once durable, whatever the acks.
+                        partition.sync_soon();
                     }
                 }
                 Err(refusal) => {

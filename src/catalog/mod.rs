@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::log::index::write_synced;
-use crate::log::{AppendConfig, LogError, Partition};
+use crate::log::{AppendConfig, LogError, Partition, Visibility};
 use crate::metrics::Timer;
 pub use config::{ProducePolicy, TopicConfig};
 use producer_ids::ProducerIdAllocator;
@@ -119,6 +119,7 @@ pub struct Topic {
     partitions: RwLock<Vec<Arc<Partition>>>,
     traffic: Traffic,
     sync_timer: Timer,
+    visibility: Visibility,
 }
 
 /// Bytes and records produced to and fetched from a topic since the broker
@@ -203,7 +204,7 @@ impl Topic {
     fn open_partitions(&self, count: usize) -> Result<(), CatalogError> {
         let mut parts = self.partitions.write();
         while parts.len() < count {
-            let p = Partition::open(&self.dir.join(parts.len().to_string()))?;
+            let p = Partition::open(&self.dir.join(parts.len().to_string()), self.visibility)?;
             p.time_syncs(self.sync_timer.clone());
             parts.push(Arc::new(p));
         }
@@ -270,12 +271,20 @@ fn write_cluster_file(data_dir: &Path, cluster_id: &str) -> Result<(), CatalogEr
     Ok(())
 }
 
+/// How the catalog opens partitions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CatalogSettings {
+    /// How far readers see each partition's log.
+    pub visibility: Visibility,
+}
+
 pub struct Catalog {
     root: PathBuf,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
     sync_timer: Timer,
+    visibility: Visibility,
 }
 
 /// `cluster.json`; the tier keeps a copy in the object store.
@@ -286,7 +295,7 @@ pub struct ClusterFile {
 
 impl Catalog {
     /// Opens the catalog under `data_dir`, recovering every partition.
-    pub fn open(data_dir: &Path) -> Result<Catalog, CatalogError> {
+    pub fn open(data_dir: &Path, settings: CatalogSettings) -> Result<Catalog, CatalogError> {
         let topics_dir = data_dir.join("topics");
         std::fs::create_dir_all(&topics_dir)?;
         std::fs::create_dir_all(data_dir.join("deleted"))?;
@@ -319,6 +328,7 @@ impl Catalog {
                 partitions: RwLock::new(Vec::new()),
                 traffic: Traffic::default(),
                 sync_timer: sync_timer.clone(),
+                visibility: settings.visibility,
             };
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
@@ -338,6 +348,7 @@ impl Catalog {
             cluster_id,
             producer_ids,
             sync_timer,
+            visibility: settings.visibility,
         })
     }
 
@@ -468,6 +479,7 @@ impl Catalog {
             partitions: RwLock::new(Vec::new()),
             traffic: Traffic::default(),
             sync_timer: self.sync_timer.clone(),
+            visibility: self.visibility,
         };
         topic.open_partitions(partitions as usize)?;
         topic.persist()?;
@@ -613,7 +625,7 @@ mod tests {
     #[test]
     fn topics_survive_reopen_and_deletion_is_final() {
         let dir = tempfile::tempdir().unwrap();
-        let cat = Catalog::open(dir.path()).unwrap();
+        let cat = Catalog::open(dir.path(), Default::default()).unwrap();
         let t = cat
             .create_topic("a", 2, 1, &[("retention.ms", Some("1000"))])
             .unwrap();
@@ -627,7 +639,7 @@ mod tests {
         cat.delete_topic("b").unwrap();
         let cluster = cat.cluster_id().to_string();
         drop(cat);
-        let cat = Catalog::open(dir.path()).unwrap();
+        let cat = Catalog::open(dir.path(), Default::default()).unwrap();
         let t = cat.topic("a").unwrap();
         assert_eq!((t.id(), t.partition_count()), (id, 4));
         assert_eq!(t.config().get("retention.ms"), Some(("1000", true)));

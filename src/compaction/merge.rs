@@ -715,7 +715,7 @@ mod tests {
     use super::*;
     use crate::compaction::io::{LocalSegment, LocalSink};
     use crate::format::batch::encode_batch;
-    use crate::log::{AppendConfig, Partition};
+    use crate::log::{AppendConfig, Partition, Visibility};
 
     const OLD: i64 = 1_000_000;
     const PRODUCER: i64 = 4242;
@@ -768,7 +768,7 @@ mod tests {
     /// 5 keys plus keyless records, every codec, tombstones, and an
     /// idempotent producer for some batches.
     fn keyed_partition(dir: &Path, batches: usize, timestamp: i64) -> Partition {
-        let p = Partition::open(dir).unwrap();
+        let p = Partition::open(dir, Visibility::default()).unwrap();
         let codecs = [
             Compression::None,
             Compression::Gzip,
@@ -897,7 +897,7 @@ mod tests {
         use crate::format::batch::encode_transactional_batch;
         use crate::format::control::EndTxnMarker;
         let src = tempfile::tempdir().unwrap();
-        let p = Partition::open(src.path()).unwrap();
+        let p = Partition::open(src.path(), Visibility::default()).unwrap();
         let rec = |k: &str, v: &str| {
             (
                 Some(Bytes::from(k.to_string())),
@@ -1053,7 +1053,7 @@ mod tests {
         assert_eq!(meta.base_offset, sources[0].meta().base_offset);
         assert_eq!(meta.next_offset, sources.last().unwrap().meta().next_offset);
         drop(p);
-        let merged = Partition::open(out.path()).unwrap();
+        let merged = Partition::open(out.path(), Visibility::default()).unwrap();
         assert_eq!(merged.sealed_segments()[0], meta);
         let first_kept = want[0].0;
         let gap = (0..first_kept)
@@ -1200,7 +1200,7 @@ mod tests {
             ))
             .exists());
         // The copied segment reads like the originals.
-        let merged = Partition::open(out.path()).unwrap();
+        let merged = Partition::open(out.path(), Visibility::default()).unwrap();
         let slice = merged.read(7, 1 << 20, true).unwrap();
         assert!(
             BatchHeader::parse(&slice.records)
@@ -1215,7 +1215,7 @@ mod tests {
     fn emptied_last_batch_of_a_producer_stays_as_a_header() {
         let src = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
-        let p = Partition::open(src.path()).unwrap();
+        let p = Partition::open(src.path(), Visibility::default()).unwrap();
         let mut serial = 0;
         let key = || vec![Some("k".to_string()); 3];
         for b in 0..12 {
@@ -1252,7 +1252,7 @@ mod tests {
         assert!(!output.iter().any(|(h, _)| h.base_offset == 0));
         // Producer state rebuilt from the merged segment still knows the sequence.
         drop(p);
-        let merged = Partition::open(out.path()).unwrap();
+        let merged = Partition::open(out.path(), Visibility::default()).unwrap();
         assert_eq!(merged.max_producer_id(), Some(PRODUCER));
         drop(merged);
 
@@ -1288,7 +1288,7 @@ mod tests {
     #[test]
     fn a_merge_at_the_log_end_keeps_its_last_batch_as_a_bare_header() {
         let src = tempfile::tempdir().unwrap();
-        let p = Partition::open(src.path()).unwrap();
+        let p = Partition::open(src.path(), Visibility::default()).unwrap();
         let mut serial = 0;
         for i in 0..12 {
             let spec = Spec {

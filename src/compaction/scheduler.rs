@@ -201,6 +201,7 @@ impl Scheduler {
             Compression::None,
         )?;
         partition.append(&batch, &topic.append_config())?;
+        partition.sync_soon();
         tracing::debug!(
             topic = job.topic,
             partition = job.partition,
@@ -267,7 +268,7 @@ mod tests {
     const START: i64 = 1_700_000_000_000;
 
     fn scheduler(dir: &std::path::Path, clock: Arc<ManualClock>) -> (Arc<Catalog>, Scheduler) {
-        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let catalog = Arc::new(Catalog::open(dir, Default::default()).unwrap());
         let settings = SchedulerSettings {
             delete_delay_ms: 0,
             max_run_ms: 1000,

@@ -246,7 +246,7 @@ mod tests {
         clock: Arc<ManualClock>,
         policy: MigrationPolicy,
     ) -> GroupCoordinator {
-        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let catalog = Arc::new(Catalog::open(dir, Default::default()).unwrap());
         if catalog.topic("t").is_none() {
             catalog.create_topic("t", 4, 1, &[]).unwrap();
         }

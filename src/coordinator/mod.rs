@@ -1431,7 +1431,7 @@ mod tests {
         clock: Arc<ManualClock>,
         offsets_retention: Duration,
     ) -> GroupCoordinator {
-        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let catalog = Arc::new(Catalog::open(dir, Default::default()).unwrap());
         catalog.create_topic("t", 1, 1, &[]).unwrap();
         let config = CoordinatorConfig {
             initial_rebalance_delay: Duration::ZERO,
@@ -1512,7 +1512,7 @@ mod tests {
 
     /// A coordinator over an existing data directory.
     async fn reopen(dir: &std::path::Path, clock: Arc<ManualClock>) -> GroupCoordinator {
-        let catalog = Arc::new(Catalog::open(dir).unwrap());
+        let catalog = Arc::new(Catalog::open(dir, Default::default()).unwrap());
         let config = CoordinatorConfig {
             initial_rebalance_delay: Duration::ZERO,
             min_session_timeout: Duration::from_secs(1),

@@ -158,7 +158,7 @@ impl OffsetsStore {
     pub async fn replay(&self, mut f: impl FnMut(Replayed)) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
-            let slice = self.partition.fetch(offset, 1 << 20, true).await?;
+            let slice = self.partition.fetch_log(offset, 1 << 20, true).await?;
             if slice.records.is_empty() {
                 return Ok(());
             }

@@ -179,6 +179,19 @@ pub fn whole_batches_len(buf: &[u8]) -> usize {
     pos
 }
 
+/// Bytes of the whole batches at the start of `buf` whose offsets all lie
+/// below `limit` (a high watermark, which falls between batches).
+pub fn batches_below_len(buf: &[u8], limit: i64) -> usize {
+    let mut pos = 0;
+    while let Ok(Some(h)) = BatchHeader::parse(&buf[pos..]) {
+        if pos + h.size > buf.len() || h.last_offset() >= limit {
+            break;
+        }
+        pos += h.size;
+    }
+    pos
+}
+
 /// The records of the whole, well-formed batches at the start of `buf`, as
 /// their headers count them (control batches included).
 pub fn count_records(buf: &[u8]) -> u64 {

@@ -13,8 +13,8 @@ pub mod producer_state;
 pub mod remote;
 pub mod segment;
 
-pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition, RestorePoint};
-pub use remote::{HeadSink, RemoteFuture, RemoteLog};
+pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition, RestorePoint, Visibility};
+pub use remote::{DurableMark, HeadSink, RemoteFuture, RemoteLog};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {

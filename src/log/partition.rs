@@ -6,6 +6,14 @@
 //! Durability is group-committed: a producer that needs its batch on disk
 //! waits until some fsync covering its offset finished; whoever gets the sync
 //! lock first syncs for everyone queued behind it.
+//!
+//! Readers see the log only up to its high watermark. Where the broker
+//! promises durability (`--fsync always`, or a head sink: the write-ahead log
+//! of cluster mode) that is the durable end, not the end of what was
+//! appended: a record a crash or a failover can still lose or rewrite is
+//! never served, as Kafka serves nothing above the high watermark its
+//! replicas agreed on. Consumers waiting at the end are woken by the mark
+//! itself, when durability advances.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +28,7 @@ use super::index::write_synced;
 use super::key_index::{build_for_segment, DEFAULT_BUILD_BUDGET};
 use super::leader_epochs::LeaderEpochs;
 use super::producer_state::{ProducerInfo, ProducerStates, Restored, SequenceCheck};
-use super::remote::{HeadSink, RemoteLog};
+use super::remote::{DurableMark, HeadSink, RemoteLog};
 use super::segment::Segment;
 use super::{now_ms, LogError};
 use crate::format::batch::{self, first_record, BatchHeader};
@@ -30,6 +38,24 @@ use crate::format::segment::{file_name, SegmentMeta, SNAPSHOT_EXT};
 use crate::metrics::Timer;
 
 const LOG_START_FILE: &str = "log-start-offset";
+
+/// How far readers see a partition's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Visibility {
+    /// Everything appended: nothing is promised beyond the page cache
+    /// (`--fsync interval` or `never`), as a Kafka leader without followers.
+    #[default]
+    Appended,
+    /// Only what is durable: fsynced, or made durable by a head sink.
+    Durable,
+}
+
+/// Where a read stops.
+#[derive(Debug, Clone, Copy)]
+enum Upto {
+    HighWatermark,
+    LogEnd,
+}
 
 /// The topic configuration an append needs.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +98,8 @@ pub struct Partition {
     dir: PathBuf,
     state: Mutex<State>,
     end_offset: watch::Sender<i64>,
-    durable: watch::Sender<i64>,
+    durable: DurableMark,
+    visibility: Visibility,
     sync_lock: tokio::sync::Mutex<()>,
     /// Offsets below the first local segment, once the tier attached it.
     remote: OnceLock<Arc<dyn RemoteLog>>,
@@ -113,11 +140,10 @@ impl State {
         self.active().next_offset()
     }
     /// min(first offset of the open transactions, high watermark).
-    fn last_stable_offset(&self) -> i64 {
-        let end = self.end_offset();
+    fn last_stable_offset(&self, high_watermark: i64) -> i64 {
         self.producers
             .first_unstable_offset()
-            .map_or(end, |first| first.min(end))
+            .map_or(high_watermark, |first| first.min(high_watermark))
     }
     /// Records a batch just appended to the active segment in the producer
     /// state and the epoch history; an ABORT marker that ends a transaction
@@ -142,7 +168,8 @@ impl Partition {
     /// Opens (or creates) the partition in `dir`, recovering the active
     /// segment and rebuilding the producer state and the leader epoch
     /// history from the newest snapshot and the batch headers after it.
-    pub fn open(dir: &Path) -> Result<Partition, LogError> {
+    /// What survived on disk counts as durable.
+    pub fn open(dir: &Path, visibility: Visibility) -> Result<Partition, LogError> {
         std::fs::create_dir_all(dir)?;
         let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
             .ok()
@@ -242,7 +269,8 @@ impl Partition {
             dir: dir.to_path_buf(),
             state: Mutex::new(state),
             end_offset: watch::Sender::new(end),
-            durable: watch::Sender::new(end),
+            durable: Arc::new(watch::Sender::new(end)),
+            visibility,
             sync_lock: tokio::sync::Mutex::new(()),
             remote: OnceLock::new(),
             backpressure: OnceLock::new(),
@@ -346,6 +374,7 @@ impl Partition {
         st.track(&stamped_header, marker);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
+                &self.durable,
                 leader_epoch,
                 base_offset,
                 stamped_header.last_offset(),
@@ -416,20 +445,45 @@ impl Partition {
         (hash % bound as u64) as i64
     }
 
-    /// Reads whole batches from `offset` on, at most `max_bytes` unless
-    /// `min_one` asks for the first batch whatever its size (KIP-74).
+    /// Reads whole batches from `offset` on, below the high watermark, at
+    /// most `max_bytes` unless `min_one` asks for the first batch whatever
+    /// its size (KIP-74). An offset between the high watermark and the end
+    /// of the log reads nothing, as in Kafka.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
     ) -> Result<FetchSlice, LogError> {
+        self.read_upto(offset, max_bytes, min_one, Upto::HighWatermark)
+    }
+
+    fn read_upto(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        upto: Upto,
+    ) -> Result<FetchSlice, LogError> {
         let mut from = offset;
         loop {
-            let (reader, position, seg_end, high_watermark, log_start_offset, last_stable_offset) = {
+            let (
+                reader,
+                position,
+                seg_end,
+                limit,
+                high_watermark,
+                log_start_offset,
+                last_stable_offset,
+            ) = {
                 let st = self.state.lock();
-                let lso = st.last_stable_offset();
+                let hw = self.high_watermark_locked(&st);
+                let lso = st.last_stable_offset(hw);
                 let (start, end) = (st.log_start_offset, st.end_offset());
+                let limit = match upto {
+                    Upto::HighWatermark => hw,
+                    Upto::LogEnd => end,
+                };
                 if from == offset && (offset < start || offset > end) {
                     return Err(LogError::OffsetOutOfRange { offset, start, end });
                 }
@@ -439,17 +493,18 @@ impl Partition {
                         "offset {offset} is only in the object store"
                     )));
                 }
-                let seg = (from < end).then(|| st.segment_for(from)).flatten();
+                let seg = (from < limit).then(|| st.segment_for(from)).flatten();
                 match seg {
                     Some(seg) => (
                         Some(seg.reader()),
                         seg.index_position(from),
                         seg.next_offset(),
-                        end,
+                        limit,
+                        hw,
                         start,
                         lso,
                     ),
-                    None => (None, 0, end, end, start, lso),
+                    None => (None, 0, end, limit, hw, start, lso),
                 }
             };
             let mut records = Bytes::new();
@@ -465,10 +520,13 @@ impl Partition {
                         } else {
                             Bytes::new()
                         };
+                        if seg_end > limit {
+                            records.truncate(batch::batches_below_len(&records, limit));
+                        }
                     }
                     // Compaction can remove the last batches of a sealed
                     // segment; as in Kafka, the read goes on in the next one.
-                    None if seg_end < high_watermark && seg_end > from => {
+                    None if seg_end < limit && seg_end > from => {
                         from = seg_end;
                         continue;
                     }
@@ -551,13 +609,18 @@ impl Partition {
     }
 
     /// Moves the log start offset forward (DeleteRecords); `offset` -1 means
-    /// the high watermark. Whole segments below it are deleted.
+    /// the high watermark, and no offset above it is accepted, as in Kafka.
+    /// Whole segments below it are deleted.
     pub fn delete_records(&self, offset: i64) -> Result<i64, LogError> {
         let mut st = self.state.lock();
-        let (start, end) = (st.log_start_offset, st.end_offset());
-        let target = if offset == -1 { end } else { offset };
-        if target < 0 || target > end {
-            return Err(LogError::OffsetOutOfRange { offset, start, end });
+        let (start, hw) = (st.log_start_offset, self.high_watermark_locked(&st));
+        let target = if offset == -1 { hw } else { offset };
+        if target < 0 || target > hw {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start,
+                end: hw,
+            });
         }
         if target <= start {
             return Ok(start);
@@ -613,9 +676,6 @@ impl Partition {
         st.log_start_offset = point.log_start_offset;
         st.producers = restored.producers;
         st.epochs = restored.epochs;
-        if let Some(sink) = self.head_sink.get() {
-            sink.reset(point.next_offset);
-        }
         drop(st);
         self.end_offset.send_replace(point.next_offset);
         self.durable.send_replace(point.next_offset);
@@ -657,6 +717,7 @@ impl Partition {
         st.track(&header, marker);
         if let Some(sink) = self.head_sink.get() {
             sink.submit(
+                &self.durable,
                 header.leader_epoch,
                 header.base_offset,
                 header.last_offset(),
@@ -674,13 +735,54 @@ impl Partition {
         self.state.lock().log_start_offset
     }
 
+    /// One past the last offset appended (the log end offset).
     pub fn end_offset(&self) -> i64 {
         *self.end_offset.borrow()
     }
 
-    /// Notified with the new end offset after every append (fetch long-polls on it).
+    /// Readers see the log below this offset (see the module doc).
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark_locked(&self.state.lock())
+    }
+
+    fn high_watermark_locked(&self, st: &State) -> i64 {
+        let end = st.end_offset();
+        if self.durable_visible() {
+            (*self.durable.borrow()).min(end)
+        } else {
+            end
+        }
+    }
+
+    fn durable_visible(&self) -> bool {
+        self.visibility == Visibility::Durable || self.has_head_sink()
+    }
+
+    /// Notified whenever the high watermark may have moved (fetch long-polls on it).
     pub fn subscribe(&self) -> watch::Receiver<i64> {
-        self.end_offset.subscribe()
+        if self.durable_visible() {
+            self.durable.subscribe()
+        } else {
+            self.end_offset.subscribe()
+        }
+    }
+
+    /// Readers wait for the durable end to reach what was appended: starts
+    /// an fsync covering it unless one is running or nothing waits (a head
+    /// sink makes its appends durable by itself).
+    pub fn sync_soon(self: &Arc<Self>) {
+        if self.visibility != Visibility::Durable
+            || self.has_head_sink()
+            || *self.durable.borrow() >= self.end_offset()
+        {
+            return;
+        }
+        let partition = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = partition.sync().await {
+                tracing::error!(dir = %partition.dir.display(), error = %e, "fsync failed");
+            }
+        });
     }
 
     /// Where leader epoch `requested` ended, as OffsetForLeaderEpoch answers:
@@ -708,7 +810,8 @@ impl Partition {
     /// The last stable offset: nothing at or past it may reach a
     /// read_committed reader, since a transaction still open may abort.
     pub fn last_stable_offset(&self) -> i64 {
-        self.state.lock().last_stable_offset()
+        let st = self.state.lock();
+        st.last_stable_offset(self.high_watermark_locked(&st))
     }
 
     /// Every producer this partition knows (DescribeProducers).
@@ -730,7 +833,14 @@ impl Partition {
     /// when one is attached, else on disk, syncing if nobody else is.
     pub async fn wait_durable(&self, end: i64) -> Result<(), LogError> {
         if let Some(sink) = self.head_sink.get() {
-            return sink.wait_durable(end).await;
+            let mut durable = self.durable.subscribe();
+            return tokio::select! {
+                biased;
+                _ = durable.wait_for(|d| *d >= end) => Ok(()),
+                e = sink.failed() => {
+                    if *self.durable.borrow() >= end { Ok(()) } else { Err(e) }
+                }
+            };
         }
         loop {
             if *self.durable.borrow() >= end {
@@ -866,6 +976,29 @@ impl Partition {
         max_bytes: usize,
         min_one: bool,
     ) -> Result<FetchSlice, LogError> {
+        self.fetch_upto(offset, max_bytes, min_one, Upto::HighWatermark)
+            .await
+    }
+
+    /// `fetch` past the high watermark, up to the end of the log: the
+    /// broker replays its internal topics from everything its log holds.
+    pub async fn fetch_log(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<FetchSlice, LogError> {
+        self.fetch_upto(offset, max_bytes, min_one, Upto::LogEnd)
+            .await
+    }
+
+    async fn fetch_upto(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        upto: Upto,
+    ) -> Result<FetchSlice, LogError> {
         let remote = {
             let st = self.state.lock();
             let (start, end) = (st.log_start_offset, st.end_offset());
@@ -875,21 +1008,31 @@ impl Partition {
             if !self.below_local(&st, offset) {
                 None
             } else {
-                let lso = st.last_stable_offset();
-                Some((self.remote.get().cloned(), end, start, lso))
+                let hw = self.high_watermark_locked(&st);
+                let limit = match upto {
+                    Upto::HighWatermark => hw,
+                    Upto::LogEnd => end,
+                };
+                let lso = st.last_stable_offset(hw);
+                Some((self.remote.get().cloned(), limit, hw, start, lso))
             }
         };
         match remote {
-            Some((Some(remote), high_watermark, log_start_offset, last_stable_offset)) => {
+            Some((Some(remote), limit, high_watermark, log_start_offset, last_stable_offset)) => {
+                let mut records = remote.read(offset, max_bytes, min_one).await?;
+                // A segment sealed and uploaded before its head was durable.
+                if remote.end_offset().is_some_and(|end| end > limit) {
+                    records.truncate(batch::batches_below_len(&records, limit));
+                }
                 Ok(FetchSlice {
-                    records: remote.read(offset, max_bytes, min_one).await?,
+                    records,
                     high_watermark,
                     log_start_offset,
                     last_stable_offset,
                     aborted: Vec::new(),
                 })
             }
-            _ => self.read(offset, max_bytes, min_one),
+            _ => self.read_upto(offset, max_bytes, min_one, upto),
         }
     }
 
@@ -1209,7 +1352,7 @@ mod tests {
     fn index_interval_bytes_sets_the_index_density() {
         for (interval, indexed_second) in [(0, true), (4096, false)] {
             let dir = tempfile::tempdir().unwrap();
-            let p = Partition::open(dir.path()).unwrap();
+            let p = Partition::open(dir.path(), Visibility::default()).unwrap();
             let cfg = AppendConfig {
                 segment_bytes: 1 << 20,
                 index_interval_bytes: interval,
@@ -1230,7 +1373,7 @@ mod tests {
     #[tokio::test]
     async fn flush_due_counts_unsynced_offsets_and_fsync_age() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         // Nothing to flush: never due.
         assert!(!p.flush_due(Some(1), Some(0)));
         p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
@@ -1243,10 +1386,107 @@ mod tests {
         assert!(!p.flush_due(Some(1), Some(0)));
     }
 
+    #[tokio::test]
+    async fn durable_visibility_serves_only_what_was_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path(), Visibility::Durable).unwrap();
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
+        let slice = p.read(0, 1 << 20, true).unwrap();
+        assert!(slice.records.is_empty(), "not fsynced yet");
+        assert_eq!(
+            (slice.high_watermark, slice.last_stable_offset),
+            (0, 0),
+            "the marks stop at the durable end"
+        );
+        assert_eq!((p.high_watermark(), p.end_offset()), (0, 2));
+        assert!(
+            matches!(p.delete_records(2), Err(LogError::OffsetOutOfRange { .. })),
+            "DeleteRecords stops at the high watermark"
+        );
+        let woken = p.subscribe();
+        p.sync().await.unwrap();
+        assert!(woken.has_changed().unwrap(), "waiting readers are woken");
+        let slice = p.read(0, 1 << 20, true).unwrap();
+        assert_eq!(slice.high_watermark, 2);
+        assert_eq!(batch::count_records(&slice.records), 2);
+    }
+
+    /// Raises the marks it is handed only when told to, like a write-ahead
+    /// log whose store has not answered yet.
+    #[derive(Default)]
+    struct HeldSink {
+        submitted: Mutex<Vec<(DurableMark, i64)>>,
+        fenced: watch::Sender<bool>,
+    }
+
+    impl HeldSink {
+        fn release(&self) {
+            for (mark, end) in self.submitted.lock().drain(..) {
+                mark.send_replace(end);
+            }
+        }
+    }
+
+    impl HeadSink for HeldSink {
+        fn check(&self) -> Result<(), LogError> {
+            Ok(())
+        }
+        fn submit(&self, durable: &DurableMark, _: i32, _: i64, last: i64, _: &[u8], _: &[u8]) {
+            self.submitted.lock().push((durable.clone(), last + 1));
+        }
+        fn failed(
+            &self,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = LogError> + Send + '_>> {
+            let mut fenced = self.fenced.subscribe();
+            Box::pin(async move {
+                let _ = fenced.wait_for(|f| *f).await;
+                LogError::Fenced
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_sink_holds_the_high_watermark_until_its_store_has_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Arc::new(Partition::open(dir.path(), Visibility::Appended).unwrap());
+        let sink = Arc::new(HeldSink::default());
+        p.attach_head_sink(sink.clone());
+        p.append(&make_batch(3, -1, -1, -1, 1), &cfg()).unwrap();
+        assert_eq!((p.high_watermark(), p.end_offset()), (0, 3));
+        assert!(p.read(0, 1 << 20, true).unwrap().records.is_empty());
+        assert!(
+            p.fetch_log(0, 1 << 20, true).await.unwrap().records.len() > 0,
+            "the broker's own replays read the whole log"
+        );
+        let waiting = tokio::spawn({
+            let p = p.clone();
+            async move { p.wait_durable(3).await }
+        });
+        let mut woken = p.subscribe();
+        sink.release();
+        woken.changed().await.unwrap();
+        waiting.await.unwrap().unwrap();
+        assert_eq!(p.high_watermark(), 3);
+        assert_eq!(
+            batch::count_records(&p.read(0, 1 << 20, true).unwrap().records),
+            3
+        );
+
+        // A fenced sink fails whoever waits for what it never made durable.
+        p.append(&make_batch(1, -1, -1, -1, 2), &cfg()).unwrap();
+        let waiting = tokio::spawn({
+            let p = p.clone();
+            async move { p.wait_durable(4).await }
+        });
+        sink.fenced.send_replace(true);
+        assert!(matches!(waiting.await.unwrap(), Err(LogError::Fenced)));
+        assert_eq!(p.high_watermark(), 3);
+    }
+
     #[test]
     fn segment_jitter_shortens_segment_ms_per_segment() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let jittered = |segment_ms| AppendConfig {
             segment_ms,
             segment_jitter_ms: i64::MAX,
@@ -1275,7 +1515,7 @@ mod tests {
     #[test]
     fn appends_roll_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         for i in 0..50 {
             let out = p
                 .append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
@@ -1289,7 +1529,7 @@ mod tests {
         assert_eq!(p.offset_for_timestamp(1010).unwrap(), Some((20, 1010)));
         assert_eq!(p.max_timestamp().unwrap(), Some((98, 1049)));
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.end_offset(), 100);
         assert!(matches!(
             p.read(101, 100, true),
@@ -1301,7 +1541,7 @@ mod tests {
             Err(LogError::OffsetOutOfRange { .. })
         ));
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.log_start_offset(), 41);
     }
 
@@ -1340,7 +1580,7 @@ mod tests {
     #[tokio::test]
     async fn offsets_below_released_segments_come_from_the_remote_part() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         for i in 0..50 {
             p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
                 .unwrap();
@@ -1402,11 +1642,11 @@ mod tests {
     #[test]
     fn idempotent_retry_is_not_appended_twice_even_after_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let b = make_batch(3, 77, 0, 0, 1);
         assert!(!p.append(&b, &cfg()).unwrap().duplicate);
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let again = p.append(&b, &cfg()).unwrap();
         assert!(again.duplicate);
         assert_eq!(again.base_offset, 0);
@@ -1420,7 +1660,7 @@ mod tests {
     #[test]
     fn producer_state_outlives_released_segments_through_their_snapshots() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let mut last = None;
         for seq in 0..30 {
             let b = make_batch(2, 77, 0, seq * 2, 1000 + seq as i64);
@@ -1453,7 +1693,7 @@ mod tests {
         assert_eq!((count(".log"), count(".producers")), (1, 1));
         drop(p);
 
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.max_producer_id(), Some(77));
         let retry = p.append(&last, &cfg()).unwrap();
         assert!(retry.duplicate);
@@ -1486,7 +1726,7 @@ mod tests {
     #[test]
     fn leader_epoch_history_survives_reopen_release_and_a_moved_log_start() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         // A fresh single broker: epoch 0 ends at the log end.
         assert_eq!(p.end_offset_for_epoch(0), (0, 0));
         append_at(&p, 0, 5);
@@ -1501,7 +1741,7 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(8), (-1, -1));
         // Reopened: the newest snapshot plus the headers of the active segment.
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.leader_epochs(), history);
         assert_eq!(p.end_offset_for_epoch(3), (3, 50));
         // With every sealed segment's data gone from local disk, only the
@@ -1514,7 +1754,7 @@ mod tests {
             assert!(p.release_local(s.base_offset).unwrap());
         }
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.leader_epochs(), history);
         // DeleteRecords: the epoch holding the new log start starts there.
         p.delete_records(30).unwrap();
@@ -1522,14 +1762,14 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(0), (0, 30));
         assert_eq!(p.end_offset_for_epoch(3), (3, 50));
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.leader_epochs(), [(3, 30), (7, 50)]);
     }
 
     #[test]
     fn a_restore_or_takeover_continues_the_history_from_the_tiered_snapshot() {
         let dir = tempfile::tempdir().unwrap();
-        let old = Partition::open(dir.path()).unwrap();
+        let old = Partition::open(dir.path(), Visibility::default()).unwrap();
         append_at(&old, 1, 10);
         append_at(&old, 2, 5);
         roll_now(&old);
@@ -1550,12 +1790,12 @@ mod tests {
         // Restore into an empty data directory: the tiered part's history.
         let restored = tempfile::tempdir().unwrap();
         assert!(Partition::prepare_restore(restored.path(), &point).unwrap());
-        let p = Partition::open(restored.path()).unwrap();
+        let p = Partition::open(restored.path(), Visibility::default()).unwrap();
         assert_eq!(p.leader_epochs(), [(1, 0), (2, 20)]);
 
         // Takeover at epoch 6: the tiered snapshot, then the head read back.
         let taken = tempfile::tempdir().unwrap();
-        let p = Partition::open(taken.path()).unwrap();
+        let p = Partition::open(taken.path(), Visibility::default()).unwrap();
         append_at(&p, 0, 4); // a stale local head, forgotten
         p.set_leader_epoch(6);
         p.reset(&point).unwrap();
@@ -1609,7 +1849,7 @@ mod tests {
     #[tokio::test]
     async fn read_committed_stops_at_the_lso_and_names_the_aborted_transactions() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let cfg = AppendConfig {
             segment_bytes: 1 << 20,
             ..cfg()
@@ -1662,12 +1902,12 @@ mod tests {
         // active segment (replayed) and in a sealed one (its descriptor).
         p.append(&txn_batch(1, 1, 2), &cfg).unwrap(); // 8
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.last_stable_offset(), 8);
         assert_eq!(p.aborted_txns(0, 9), [aborted]);
         roll_now(&p);
         drop(p);
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         assert_eq!(p.sealed_segments()[0].aborted, [aborted]);
         assert_eq!(p.aborted_txns(0, 9), [aborted]);
         assert_eq!(p.last_stable_offset(), 8);
@@ -1679,7 +1919,7 @@ mod tests {
     #[test]
     fn a_restore_or_takeover_continues_open_transactions_from_the_tiered_snapshot() {
         let dir = tempfile::tempdir().unwrap();
-        let old = Partition::open(dir.path()).unwrap();
+        let old = Partition::open(dir.path(), Visibility::default()).unwrap();
         old.append(&txn_batch(2, 7, 0), &cfg()).unwrap(); // 0-1, open across the seal
         roll_now(&old);
         let tiered = old.sealed_segments().pop().unwrap();
@@ -1695,12 +1935,12 @@ mod tests {
 
         let restored = tempfile::tempdir().unwrap();
         assert!(Partition::prepare_restore(restored.path(), &point).unwrap());
-        let p = Partition::open(restored.path()).unwrap();
+        let p = Partition::open(restored.path(), Visibility::default()).unwrap();
         assert_eq!(p.last_stable_offset(), 0, "the tiered transaction is open");
 
         // Takeover: the snapshot, then the head read back (marker included).
         let taken = tempfile::tempdir().unwrap();
-        let p = Partition::open(taken.path()).unwrap();
+        let p = Partition::open(taken.path(), Visibility::default()).unwrap();
         p.reset(&point).unwrap();
         assert_eq!(p.last_stable_offset(), 0);
         let slice = old.read(point.next_offset, 1 << 20, true).unwrap();
@@ -1724,7 +1964,7 @@ mod tests {
     #[test]
     fn whole_batches_only_and_min_one() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path()).unwrap();
+        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
         let b = make_batch(4, -1, -1, -1, 1);
         p.append(&b, &cfg()).unwrap();
         p.append(&b, &cfg()).unwrap();

@@ -8,13 +8,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::watch;
 
 use super::LogError;
 use crate::format::control::AbortedTxn;
 
 pub type RemoteFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LogError>> + Send + 'a>>;
+
+/// The offset below which a partition's appends are durable. The partition
+/// owns it and readers see up to it; whatever makes appends durable (an
+/// fsync, the head sink) raises it.
+pub type DurableMark = Arc<watch::Sender<i64>>;
 
 /// Where a partition's new batches become durable instead of by a local
 /// fsync: in cluster mode, the broker's write-ahead log in the object store.
@@ -23,10 +30,12 @@ pub trait HeadSink: Send + Sync {
     /// waits to become durable).
     fn check(&self) -> Result<(), LogError>;
 
-    /// Takes one stamped batch covering `base_offset..=last_offset`. Called
-    /// in offset order, under the partition's append lock.
+    /// Takes one stamped batch covering `base_offset..=last_offset` and
+    /// raises `durable` to `last_offset + 1` once it is durable. Called in
+    /// offset order, under the partition's append lock.
     fn submit(
         &self,
+        durable: &DurableMark,
         leader_epoch: i32,
         base_offset: i64,
         last_offset: i64,
@@ -34,12 +43,9 @@ pub trait HeadSink: Send + Sync {
         records: &[u8],
     );
 
-    /// Resolves once every offset below `end` is durable, or fails.
-    fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()>;
-
-    /// The log was reset to continue at `end`, everything below being
-    /// durable elsewhere already.
-    fn reset(&self, end: i64);
+    /// Resolves, with the reason, once the sink will make nothing more
+    /// durable (a newer leader fenced its log).
+    fn failed(&self) -> Pin<Box<dyn Future<Output = LogError> + Send + '_>>;
 }
 
 pub trait RemoteLog: Send + Sync {

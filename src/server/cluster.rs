@@ -164,7 +164,7 @@ fn attach_wal(catalog: &Catalog, wal: &Arc<Wal>) {
     for topic in catalog.topics() {
         for (index, partition) in topic.partitions().into_iter().enumerate() {
             if !partition.has_head_sink() {
-                let sink = wal.partition(topic.id(), index as i32, partition.end_offset());
+                let sink = wal.partition(topic.id(), index as i32);
                 partition.attach_head_sink(Arc::new(sink));
             }
         }

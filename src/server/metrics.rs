@@ -129,7 +129,7 @@ impl Scraped {
                     if broker.route(topic.id(), index) == Route::Elsewhere {
                         continue;
                     }
-                    let lag = (partition.end_offset() - committed.offset).max(0);
+                    let lag = (partition.high_watermark() - committed.offset).max(0);
                     series.push((
                         [
                             ("group", group.group_id.clone()),

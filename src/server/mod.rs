@@ -26,7 +26,7 @@ use crate::auth::{
     self,
     credentials::{Change, Credentials},
 };
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CatalogSettings};
 use crate::clock::{self, SharedClock};
 use crate::cluster::Endpoint;
 use crate::compaction::policy::POLICY_NONE;
@@ -37,6 +37,7 @@ use crate::coordinator::store::OffsetsStore;
 use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
 use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
+use crate::log::Visibility;
 use crate::manifest::counted::{Counted, RequestCounts};
 use crate::manifest::store::open_from_args;
 use crate::tier::{self, Tier};
@@ -191,7 +192,19 @@ impl Server {
         if let Some(login) = &inter_login {
             add_inter_broker_user(&credentials, login).await?;
         }
-        let catalog = tokio::task::spawn_blocking(move || Catalog::open(&data_dir)).await??;
+        // Consumers see only what is durable wherever durability is promised.
+        let durable =
+            (config.fsync == FsyncPolicy::Always && !config.null_sink) || joined.is_some();
+        let catalog_settings = CatalogSettings {
+            visibility: if durable {
+                Visibility::Durable
+            } else {
+                Visibility::Appended
+            },
+        };
+        let catalog =
+            tokio::task::spawn_blocking(move || Catalog::open(&data_dir, catalog_settings))
+                .await??;
         let catalog = Arc::new(catalog);
         if let Some(j) = &joined {
             let internal = [

@@ -257,7 +257,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config =
             Args::parse_from(["strata", "--data-dir", dir.path().to_str().unwrap()]).config;
-        let catalog = Arc::new(Catalog::open(dir.path()).unwrap());
+        let catalog = Arc::new(Catalog::open(dir.path(), Default::default()).unwrap());
         let topic = catalog
             .create_topic(
                 "t",

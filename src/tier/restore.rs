@@ -192,7 +192,7 @@ mod tests {
                 partitions: 1
             }
         );
-        let cat = Catalog::open(dir.path()).unwrap();
+        let cat = Catalog::open(dir.path(), Default::default()).unwrap();
         let t = cat.topic("t").unwrap();
         assert_eq!((t.id(), t.partition_count()), (id, 2));
         assert_eq!(t.config().get("retention.ms"), Some(("123", true)));
@@ -212,11 +212,14 @@ mod tests {
     async fn data_dir_in_use_does_not_resurrect_deleted_topics() {
         let (store, _) = store_with_topic().await;
         let dir = tempfile::tempdir().unwrap();
-        drop(Catalog::open(dir.path()).unwrap());
+        drop(Catalog::open(dir.path(), Default::default()).unwrap());
         assert_eq!(
             restore(&store, dir.path()).await.unwrap(),
             Restored::default()
         );
-        assert!(Catalog::open(dir.path()).unwrap().topic("t").is_none());
+        assert!(Catalog::open(dir.path(), Default::default())
+            .unwrap()
+            .topic("t")
+            .is_none());
     }
 }

@@ -139,7 +139,7 @@ mod tests {
         let clock = ManualClock::new(NOW);
         // This broker starts before the topic exists, and never leads it.
         let here = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(here.path()).unwrap());
+        let catalog = Arc::new(Catalog::open(here.path(), Default::default()).unwrap());
         let tier = Tier::open(
             store.clone(),
             catalog.clone(),
@@ -150,7 +150,7 @@ mod tests {
         .unwrap();
         // Its leader seals and uploads segments of it.
         let there = tempfile::tempdir().unwrap();
-        let leader_catalog = Arc::new(Catalog::open(there.path()).unwrap());
+        let leader_catalog = Arc::new(Catalog::open(there.path(), Default::default()).unwrap());
         let topic = leader_catalog
             .create_topic("t", 1, 1, &[("segment.bytes", Some("1024"))])
             .unwrap();
@@ -176,9 +176,10 @@ mod tests {
         let wal = Wal::open(store.clone(), 9, Duration::from_millis(5), 1 << 20)
             .await
             .unwrap();
-        let sink = wal.partition(topic.id(), 0, 0);
+        let sink = wal.partition(topic.id(), 0);
+        let durable = Arc::new(tokio::sync::watch::Sender::new(0));
         for offset in 0..2 {
-            sink.submit(0, offset, offset, b"H", b"x");
+            sink.submit(&durable, 0, offset, offset, b"H", b"x");
             wal.flush().await;
         }
 

@@ -24,7 +24,9 @@
 //! in the object.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +40,7 @@ use uuid::Uuid;
 
 use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader, WalObject};
 use crate::format::FormatError;
-use crate::log::{HeadSink, LogError, RemoteFuture};
+use crate::log::{DurableMark, HeadSink, LogError};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -77,14 +79,11 @@ async fn list_seqs(store: &Arc<dyn ObjectStore>, node_id: i32) -> Result<Vec<u64
     Ok(seqs)
 }
 
-/// How far one partition's batches are durable; `Err` once they never will be.
-type Durable = watch::Sender<Result<i64, Arc<str>>>;
-
 #[derive(Default)]
 struct Pending {
     builder: WalBuilder,
-    /// The watermark each partition reaches once this object is written.
-    marks: Vec<(Arc<Durable>, i64)>,
+    /// The mark each partition reaches once this object is written.
+    marks: Vec<(DurableMark, i64)>,
 }
 
 /// One broker's write-ahead log.
@@ -100,7 +99,7 @@ pub struct Wal {
     kick: Notify,
     /// One flush at a time: objects are written in sequence.
     flushing: tokio::sync::Mutex<()>,
-    fenced: AtomicBool,
+    fenced: watch::Sender<bool>,
     next_seq: AtomicU64,
     pub puts: AtomicU64,
 }
@@ -128,20 +127,19 @@ impl Wal {
             in_flight: AtomicU64::new(0),
             kick: Notify::new(),
             flushing: tokio::sync::Mutex::new(()),
-            fenced: AtomicBool::new(false),
+            fenced: watch::Sender::new(false),
             next_seq: AtomicU64::new(next),
             puts: AtomicU64::new(0),
         }))
     }
 
     /// The sink through which partition `partition` of `topic_id` makes its
-    /// appends durable; `end` is its current end offset, durable already.
-    pub fn partition(self: &Arc<Self>, topic_id: Uuid, partition: i32, end: i64) -> WalPartition {
+    /// appends durable.
+    pub fn partition(self: &Arc<Self>, topic_id: Uuid, partition: i32) -> WalPartition {
         WalPartition {
             wal: self.clone(),
             topic_id,
             partition,
-            durable: Arc::new(watch::Sender::new(Ok(end))),
         }
     }
 
@@ -153,19 +151,23 @@ impl Wal {
 
     /// Whether a takeover fenced this broker's log.
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Relaxed)
+        *self.fenced.borrow()
     }
 
     /// Looks for a fence without waiting for the next write to run into it
     /// (after this broker lost its lease, takeovers may have fenced it).
     pub async fn probe(&self) -> Result<bool, WalError> {
+        // An object of ours may be landing right now, above `next`.
+        let Ok(_idle) = self.flushing.try_lock() else {
+            return Ok(self.is_fenced());
+        };
         let next = self.next_seq.load(Ordering::Relaxed);
         let taken = list_seqs(&self.store, self.node_id)
             .await?
             .last()
             .is_some_and(|&last| last >= next);
         if taken {
-            self.fenced.store(true, Ordering::Relaxed);
+            self.fenced.send_replace(true);
         }
         Ok(self.is_fenced())
     }
@@ -226,10 +228,10 @@ impl Wal {
             self.next_seq.store(seq + 1, Ordering::Relaxed);
             self.puts.fetch_add(1, Ordering::Relaxed);
             for (durable, end) in marks {
-                durable.send_modify(|d| {
-                    if let Ok(at) = d {
-                        *at = (*at).max(end);
-                    }
+                durable.send_if_modified(|at| {
+                    let advanced = end > *at;
+                    *at = (*at).max(end);
+                    advanced
                 });
             }
             return;
@@ -239,11 +241,9 @@ impl Wal {
             seq,
             "this broker's WAL was fenced by a takeover: acknowledging nothing more"
         );
-        self.fenced.store(true, Ordering::Relaxed);
-        let pending = std::mem::take(&mut *self.pending.lock());
-        for (durable, _) in marks.into_iter().chain(pending.marks) {
-            let _previous = durable.send_replace(Err("fenced by a new leader".into()));
-        }
+        self.fenced.send_replace(true);
+        // Nothing more is written: what waits for a mark learns of the fence.
+        *self.pending.lock() = Pending::default();
     }
 
     /// PUTs object `seq`: `Ok(true)` once it is ours in the store,
@@ -270,7 +270,7 @@ impl Wal {
         }
     }
 
-    fn submit(&self, durable: &Arc<Durable>, entry: Entry<'_>) {
+    fn submit(&self, durable: &DurableMark, entry: Entry<'_>) {
         let mut p = self.pending.lock();
         p.builder.push(
             entry.topic_id,
@@ -315,7 +315,6 @@ pub struct WalPartition {
     wal: Arc<Wal>,
     topic_id: Uuid,
     partition: i32,
-    durable: Arc<Durable>,
 }
 
 impl HeadSink for WalPartition {
@@ -325,6 +324,7 @@ impl HeadSink for WalPartition {
 
     fn submit(
         &self,
+        durable: &DurableMark,
         leader_epoch: i32,
         base_offset: i64,
         last_offset: i64,
@@ -332,7 +332,7 @@ impl HeadSink for WalPartition {
         records: &[u8],
     ) {
         self.wal.submit(
-            &self.durable,
+            durable,
             Entry {
                 topic_id: self.topic_id,
                 partition: self.partition,
@@ -345,28 +345,12 @@ impl HeadSink for WalPartition {
         );
     }
 
-    fn reset(&self, end: i64) {
-        self.durable.send_modify(|d| {
-            if d.is_ok() {
-                *d = Ok(end);
-            }
-        });
-    }
-
-    fn wait_durable(&self, end: i64) -> RemoteFuture<'_, ()> {
-        let mut rx = self.durable.subscribe();
+    fn failed(&self) -> Pin<Box<dyn Future<Output = LogError> + Send + '_>> {
+        let mut fenced = self.wal.fenced.subscribe();
         Box::pin(async move {
-            let state = rx
-                .wait_for(|d| match d {
-                    Ok(at) => *at >= end,
-                    Err(_) => true,
-                })
-                .await
-                .map_err(|_| LogError::Fenced)?;
-            match &*state {
-                Ok(_) => Ok(()),
-                Err(_) => Err(LogError::Fenced),
-            }
+            // The sender lives as long as the `Wal` this sink holds.
+            let _ = fenced.wait_for(|f| *f).await;
+            LogError::Fenced
         })
     }
 }
@@ -521,9 +505,31 @@ mod tests {
         Ok(out)
     }
 
-    async fn append(sink: &WalPartition, base: i64, last: i64, body: &[u8]) {
-        sink.check().unwrap();
-        sink.submit(0, base, last, b"H", body);
+    /// A partition's sink and its durable mark, as `Partition` holds them.
+    struct Sink {
+        sink: WalPartition,
+        durable: DurableMark,
+    }
+
+    fn sink(wal: &Arc<Wal>, topic_id: Uuid, partition: i32, end: i64) -> Sink {
+        Sink {
+            sink: wal.partition(topic_id, partition),
+            durable: Arc::new(watch::Sender::new(end)),
+        }
+    }
+
+    async fn append(s: &Sink, base: i64, last: i64, body: &[u8]) {
+        s.sink.check().unwrap();
+        s.sink.submit(&s.durable, 0, base, last, b"H", body);
+    }
+
+    async fn wait_durable(s: &Sink, end: i64) -> Result<(), LogError> {
+        let mut durable = s.durable.subscribe();
+        tokio::select! {
+            biased;
+            _ = durable.wait_for(|d| *d >= end) => Ok(()),
+            e = s.sink.failed() => Err(e),
+        }
     }
 
     #[tokio::test]
@@ -533,15 +539,15 @@ mod tests {
             .await
             .unwrap();
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let pa = wal.partition(a, 0, 0);
-        let pb = wal.partition(b, 3, 100);
+        let pa = sink(&wal, a, 0, 0);
+        let pb = sink(&wal, b, 3, 100);
         append(&pa, 0, 1, b"a0").await;
         append(&pb, 100, 100, b"b0").await;
         append(&pa, 2, 2, b"a1").await;
-        let waiting = pa.wait_durable(3);
+        let waiting = wait_durable(&pa, 3);
         wal.flush().await;
         waiting.await.unwrap();
-        pb.wait_durable(101).await.unwrap();
+        wait_durable(&pb, 101).await.unwrap();
         assert_eq!(
             wal.puts.load(Ordering::Relaxed),
             1,
@@ -568,17 +574,17 @@ mod tests {
         let wal = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
             .await
             .unwrap();
-        let p = wal.partition(Uuid::from_u128(1), 0, 0);
+        let p = sink(&wal, Uuid::from_u128(1), 0, 0);
         append(&p, 0, 0, b"kept").await;
         wal.flush().await;
-        p.wait_durable(1).await.unwrap();
+        wait_durable(&p, 1).await.unwrap();
         let fence_seq = fence(&store, 7, 2).await.unwrap();
         assert_eq!(fence_seq, 2);
         append(&p, 1, 1, b"lost").await;
-        let waiting = p.wait_durable(2);
+        let waiting = wait_durable(&p, 2);
         wal.flush().await;
         assert!(matches!(waiting.await, Err(LogError::Fenced)));
-        assert!(matches!(p.check(), Err(LogError::Fenced)));
+        assert!(matches!(p.sink.check(), Err(LogError::Fenced)));
         // Below the fence is exactly what was acknowledged.
         let below = read_partition(&store, 7, fence_seq, Uuid::from_u128(1), 0, 0)
             .await
@@ -588,10 +594,10 @@ mod tests {
         let again = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
             .await
             .unwrap();
-        let p = again.partition(Uuid::from_u128(1), 0, 1);
+        let p = sink(&again, Uuid::from_u128(1), 0, 1);
         append(&p, 1, 1, b"new").await;
         again.flush().await;
-        p.wait_durable(2).await.unwrap();
+        wait_durable(&p, 2).await.unwrap();
         assert_eq!(list_seqs(&store, 7).await.unwrap(), vec![1, 2, 3]);
     }
 
@@ -623,7 +629,7 @@ mod tests {
             .await
             .unwrap();
         let id = Uuid::from_u128(5);
-        let p = wal.partition(id, 0, 0);
+        let p = sink(&wal, id, 0, 0);
         append(&p, 0, 4, b"first").await;
         wal.flush().await;
         append(&p, 5, 9, b"second").await;

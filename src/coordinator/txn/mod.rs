@@ -633,7 +633,7 @@ mod tests {
         dir: &std::path::Path,
         clock: Arc<ManualClock>,
     ) -> (TxnCoordinator, mpsc::UnboundedReceiver<MarkerJob>) {
-        let catalog = Catalog::open(dir).unwrap();
+        let catalog = Catalog::open(dir, Default::default()).unwrap();
         let store = TxnStore::open(&catalog, 1 << 20, true, clock.clone()).unwrap();
         let c = TxnCoordinator::open(store, config(), clock, ids(), None)
             .await

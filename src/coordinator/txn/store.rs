@@ -85,7 +85,7 @@ impl TxnStore {
     pub async fn replay(&self, mut f: impl FnMut(Bytes, Option<Bytes>)) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
-            let slice = self.partition.fetch(offset, 1 << 20, true).await?;
+            let slice = self.partition.fetch_log(offset, 1 << 20, true).await?;
             if slice.records.is_empty() {
                 return Ok(());
             }
