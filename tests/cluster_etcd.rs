@@ -20,22 +20,32 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// Generous bound for anything that should happen "soon" on a loaded machine.
 const SOON: Duration = Duration::from_secs(10);
 
-fn info(node_id: NodeId) -> BrokerInfo {
+fn info(node_id: NodeId, directory_id: Option<&str>) -> BrokerInfo {
     BrokerInfo {
         listeners: Vec::new(),
         node_id,
         host: "127.0.0.1".into(),
         port: 9000 + node_id as u16,
         rack: None,
+        directory_id: directory_id.map(str::to_string),
     }
 }
 
 async fn join(url: &ClusterUrl, node_id: NodeId) -> Result<Member, ClusterError> {
+    join_from(url, node_id, None).await
+}
+
+/// Joins as a broker running on the data directory `directory_id`.
+async fn join_from(
+    url: &ClusterUrl,
+    node_id: NodeId,
+    directory_id: Option<&str>,
+) -> Result<Member, ClusterError> {
     let options = MemberOptions {
         ttl: TTL,
         request_timeout: REQUEST_TIMEOUT,
     };
-    Member::join(url, info(node_id), options).await
+    Member::join(url, info(node_id, directory_id), options).await
 }
 
 /// Waits until `done` holds for the view's state.
@@ -149,7 +159,7 @@ async fn a_broker_that_stops_keeping_alive_disappears_from_every_view() {
     for v in [&v1, &v2] {
         until(v, "three brokers", |s| broker_ids(s) == [1, 2, 3]).await;
     }
-    assert_eq!(v1.brokers()[2], info(3));
+    assert_eq!(v1.brokers()[2], info(3, None));
 
     let crashed = Instant::now();
     drop(m3);
@@ -191,6 +201,52 @@ async fn a_node_id_held_by_a_live_broker_is_refused_until_it_leaves() {
     assert!(left.elapsed() < TTL, "leave waited for the lease to expire");
     let again = join(&url, 1).await.unwrap();
     assert!(matches!(again.lease_state(), LeaseState::Live { .. }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_takes_over_the_registration_of_its_dead_incarnation() {
+    let Some(etcd) = EtcdServer::start() else {
+        return;
+    };
+    let client = etcd.ready().await;
+    let url = etcd.url();
+    let key = client.keys().broker(1);
+    let created = |kv: Option<etcd_client::KeyValue>| kv.map(|kv| kv.create_revision());
+    // Restarted on its data directory, and on a wiped one (a new id).
+    for (crashed_on, restarted_on) in [("dir-a", "dir-a"), ("dir-a", "dir-b")] {
+        let crashed = join_from(&url, 1, Some(crashed_on)).await.unwrap();
+        let registered = created(
+            client
+                .client()
+                .get(key.clone(), None)
+                .await
+                .unwrap()
+                .kvs()
+                .first()
+                .cloned(),
+        );
+        // kill -9: the keep-alives stop, the lease lingers for its TTL.
+        drop(crashed);
+        let restarted = join_from(&url, 1, Some(restarted_on))
+            .await
+            .expect("a restart after a crash is not refused");
+        assert!(matches!(restarted.lease_state(), LeaseState::Live { .. }));
+        let now = created(
+            client
+                .client()
+                .get(key.clone(), None)
+                .await
+                .unwrap()
+                .kvs()
+                .first()
+                .cloned(),
+        );
+        assert_eq!(
+            now, registered,
+            "{restarted_on}: the registration was taken over, never deleted (the broker never looked gone)"
+        );
+        restarted.leave().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,10 @@ pub enum ClusterError {
     /// etcd answered with an error that retrying will not fix.
     #[error("etcd request failed: {0}")]
     Etcd(String),
-    #[error("node id {0} is already registered by a live broker")]
+    #[error(
+        "node id {0} is registered by another live broker (its etcd lease keeps being renewed); \
+         give each broker its own node id"
+    )]
     NodeIdInUse(NodeId),
     #[error("not the controller: deposed or never elected")]
     NotController,

@@ -15,10 +15,17 @@
 //!
 //! Registration is create-only (the key's version must be 0), so a second
 //! broker configured with a taken node id is refused while the first is alive.
-//! A key still held by this member's own previous lease (etcd extends leases
-//! when it restarts, so it may outlive our verdict) is moved to the new lease
-//! in one transaction, then the old lease is revoked: that incarnation
-//! already stopped serving, and the broker never looks gone meanwhile.
+//! A key still held by a lease of a dead incarnation is taken over instead, as
+//! KRaft accepts a broker's new incarnation: it moves to the new lease in one
+//! transaction, then the old lease is revoked, so the controller never sees
+//! the broker gone and its partitions stay put; the broker then fences its
+//! earlier runs' write-ahead log before serving. An incarnation is known dead
+//! when it was this member's own previous lease (etcd extends leases when it
+//! restarts, so one may outlive our verdict), when it registered from this
+//! broker's data directory (which a live process would still hold locked), or
+//! when its lease is not being renewed: a live broker renews every third of
+//! its TTL, so its lease never runs below half of it. A lease that keeps
+//! being renewed belongs to a live process, and the node id is refused.
 
 use std::time::Duration;
 
@@ -47,6 +54,9 @@ pub struct BrokerInfo {
     /// in what brokers from before listeners published.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<Endpoint>,
+    /// The id of the data directory the broker runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory_id: Option<String>,
 }
 
 /// Where clients that came through listener `name` reach a broker.
@@ -230,70 +240,133 @@ impl Drop for Member {
     }
 }
 
-/// Grants a lease and creates the broker key under it, create-only. Returns
-/// the lease, the revision of the registration and the lease's clock.
+/// Grants a lease and registers the broker under it. Returns the lease, the
+/// revision of the registration and the lease's clock.
 async fn register(
     etcd: &Etcd,
     info: &BrokerInfo,
     ttl: Duration,
     previous: Option<i64>,
 ) -> Result<(i64, i64, LeaseClock)> {
-    let key = etcd.keys().broker(info.node_id);
-    let value = serde_json::to_vec(info).expect("serializable");
     let sent_at = Instant::now();
     let lease = etcd.grant(ttl).await?;
     let clock = LeaseClock::new(sent_at, ttl);
-    let create = || {
-        Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                value.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([TxnOp::get(key.clone(), None)])
-    };
-    let outcome = async {
-        let mut resp = etcd.txn(create()).await?;
-        if !resp.succeeded() {
-            let holder = match resp.op_responses().into_iter().next() {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.lease()),
-                _ => None,
-            };
-            let Some(previous) = previous.filter(|p| holder == Some(*p)) else {
-                return Err(ClusterError::NodeIdInUse(info.node_id));
-            };
-            // Our own previous incarnation, which already stopped serving:
-            // the key moves to the new lease in one step, so that the
-            // controller never sees this broker gone and moves its
-            // partitions (after an etcd restart every broker is here).
-            let take = Txn::new()
-                .when([Compare::lease(key.clone(), CompareOp::Equal, previous)])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    value.clone(),
-                    Some(PutOptions::new().with_lease(lease)),
-                )]);
-            resp = etcd.txn(take).await?;
-            if !resp.succeeded() {
-                return Err(ClusterError::NodeIdInUse(info.node_id));
-            }
-            // What else the old lease holds (the controller key) goes with
-            // it; if this fails, it expires.
-            if let Err(e) = etcd.revoke(previous).await {
-                tracing::debug!(lease = previous, error = %e, "revoking the old lease failed");
-            }
-        }
-        Ok(resp.header().map_or(0, |h| h.revision()))
-    }
-    .await;
-    match outcome {
+    match claim_key(etcd, info, lease, previous).await {
         Ok(revision) => Ok((lease, revision, clock)),
         Err(e) => {
             // Best effort: an unused lease would otherwise linger for a TTL.
             let _ = etcd.revoke(lease).await;
             Err(e)
         }
+    }
+}
+
+/// Attempts at registering while the key keeps changing under us.
+const CLAIM_ATTEMPTS: usize = 5;
+
+/// Puts the broker key under `lease`: created if free, taken over from a dead
+/// incarnation (see the module doc). Returns the revision of the write.
+async fn claim_key(
+    etcd: &Etcd,
+    info: &BrokerInfo,
+    lease: i64,
+    previous: Option<i64>,
+) -> Result<i64> {
+    let key = etcd.keys().broker(info.node_id);
+    let value = serde_json::to_vec(info).expect("serializable");
+    let put = || {
+        TxnOp::put(
+            key.clone(),
+            value.clone(),
+            Some(PutOptions::new().with_lease(lease)),
+        )
+    };
+    for _ in 0..CLAIM_ATTEMPTS {
+        let create = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([put()])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let resp = etcd.txn(create).await?;
+        if resp.succeeded() {
+            return Ok(resp.header().map_or(0, |h| h.revision()));
+        }
+        let held = match resp.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
+            _ => None,
+        };
+        let Some(held) = held else {
+            continue; // gone meanwhile
+        };
+        let holder = held.lease();
+        let same_directory = info.directory_id.is_some()
+            && serde_json::from_slice::<BrokerInfo>(held.value())
+                .is_ok_and(|theirs| theirs.directory_id == info.directory_id);
+        if previous != Some(holder) && !same_directory {
+            match lease_holder(etcd, holder).await? {
+                Holder::Alive => return Err(ClusterError::NodeIdInUse(info.node_id)),
+                Holder::Gone => continue,
+                Holder::Dead => {}
+            }
+        }
+        let take = Txn::new()
+            .when([
+                Compare::lease(key.clone(), CompareOp::Equal, holder),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, held.mod_revision()),
+            ])
+            .and_then([put()]);
+        let resp = etcd.txn(take).await?;
+        if !resp.succeeded() {
+            continue;
+        }
+        tracing::info!(
+            node = info.node_id,
+            old_lease = holder,
+            "took over the registration of this broker's earlier incarnation"
+        );
+        // What else the old lease holds (the controller key) goes with it;
+        // if this fails, it expires.
+        if let Err(e) = etcd.revoke(holder).await {
+            tracing::debug!(lease = holder, error = %e, "revoking the old lease failed");
+        }
+        return Ok(resp.header().map_or(0, |h| h.revision()));
+    }
+    Err(ClusterError::Conflict(key))
+}
+
+/// What became of the process holding a lease.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    /// It keeps renewing the lease.
+    Alive,
+    /// It stopped renewing: dead, or hung past a renewal.
+    Dead,
+    /// The lease expired.
+    Gone,
+}
+
+/// Watches `lease` until it shows whether its holder renews it. etcd reports
+/// the time left in whole seconds, rounded down; a holder renewing every
+/// third of the TTL never lets it fall below half, and a dead one's falls
+/// there within half the TTL and a second.
+async fn lease_holder(etcd: &Etcd, lease: i64) -> Result<Holder> {
+    const POLL: Duration = Duration::from_millis(100);
+    let started = Instant::now();
+    loop {
+        let resp = etcd
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        let (left, granted) = (resp.ttl(), resp.granted_ttl());
+        if left < 0 {
+            return Ok(Holder::Gone);
+        }
+        if (left + 1) * 2 <= granted {
+            return Ok(Holder::Dead);
+        }
+        let watched = Duration::from_secs(granted.max(0) as u64) / 2 + Duration::from_millis(1500);
+        if started.elapsed() >= watched {
+            return Ok(Holder::Alive);
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

@@ -43,23 +43,31 @@ pub(super) struct Joined {
     pub controller: Controller,
 }
 
+/// What this run of the broker registers as.
+pub(super) struct Incarnation<'a> {
+    pub host: &'a str,
+    pub port: i32,
+    pub listeners: Vec<crate::cluster::Endpoint>,
+    /// The data directory's id, by which a restart knows its dead predecessor.
+    pub directory_id: &'a str,
+}
+
 /// Registers in etcd, fences this node's earlier runs (a paused one must
 /// not acknowledge anything more), and opens the write-ahead log.
 pub(super) async fn join(
     config: &BrokerConfig,
     url: &str,
     store: &Arc<dyn ObjectStore>,
-    host: &str,
-    port: i32,
-    listeners: Vec<crate::cluster::Endpoint>,
+    me: Incarnation<'_>,
 ) -> anyhow::Result<Joined> {
     let url: ClusterUrl = url.parse().context("--cluster")?;
     let info = BrokerInfo {
         node_id: config.node_id,
-        host: host.to_string(),
-        port: port as u16,
+        host: me.host.to_string(),
+        port: me.port as u16,
         rack: None,
-        listeners,
+        listeners: me.listeners,
+        directory_id: Some(me.directory_id.to_string()),
     };
     let options = MemberOptions {
         ttl: Duration::from_millis(config.cluster_lease_ttl_ms.max(1000)),
@@ -258,6 +266,11 @@ impl Leadership {
                             partitions = dropped.len(),
                             "lease lost: serving nothing until it is back"
                         );
+                    }
+                    // A newer incarnation or leader may have fenced this
+                    // run meanwhile; then it can never serve again.
+                    if let Err(e) = self.wal.probe().await {
+                        tracing::debug!(error = %e, "could not check for a fence");
                     }
                     continue;
                 }

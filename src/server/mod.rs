@@ -3,6 +3,7 @@
 
 mod cluster;
 mod connection;
+mod data_dir;
 pub mod frame;
 mod http;
 pub mod limits;
@@ -58,6 +59,8 @@ pub struct Server {
     /// Set when the broker must stop serving for good.
     fatal: watch::Sender<Option<String>>,
     store_requests: Arc<RequestCounts>,
+    /// Held while the broker runs.
+    _data_dir: data_dir::DataDir,
     /// With `--metrics-listen`: what `/readyz` reports.
     health: Option<Arc<http::Health>>,
 }
@@ -74,6 +77,11 @@ impl Server {
         config: BrokerConfig,
         store: Option<Arc<dyn object_store::ObjectStore>>,
     ) -> anyhow::Result<Server> {
+        // Built once and handed down: the group coordinator, fetch waits, the
+        // tier's jobs and compaction scheduling read time through these.
+        let clock = clock::system();
+        let random = clock::os_random();
+        let data_dir_claim = data_dir::claim(&config.data_dir, random.as_ref())?;
         let store = match store {
             Some(s) => s,
             None => open_from_args(&config.object_store, &config.data_dir)?,
@@ -99,10 +107,6 @@ impl Server {
                 "restored from the object store"
             );
         }
-        // Built once and handed down: the group coordinator, fetch waits, the
-        // tier's jobs and compaction scheduling read time through these.
-        let clock = clock::system();
-        let random = clock::os_random();
         let data_dir = config.data_dir.clone();
         let coordinator_config = config.coordinator();
         let txn_config = config.transactions();
@@ -176,7 +180,13 @@ impl Server {
         let (host, port) = (endpoints[0].host.clone(), endpoints[0].port as i32);
         let joined = match &config.cluster {
             Some(url) => {
-                Some(cluster::join(&config, url, &store, &host, port, endpoints.clone()).await?)
+                let me = cluster::Incarnation {
+                    host: &host,
+                    port,
+                    listeners: endpoints.clone(),
+                    directory_id: &data_dir_claim.id,
+                };
+                Some(cluster::join(&config, url, &store, me).await?)
             }
             None => None,
         };
@@ -446,6 +456,7 @@ impl Server {
             fatal,
             store_requests,
             health,
+            _data_dir: data_dir_claim,
         })
     }
 
