@@ -73,6 +73,24 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         rate: u64,
     },
+    /// Produce at a steady rate for `--seconds` while a consumer reads the
+    /// partitions' ends, and report produce→consume latency: how long a
+    /// record took from its send to its arrival at the consumer.
+    E2e {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Records per second over all partitions.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Payload bytes per record (at least 8: the send instant).
+        #[arg(long, default_value_t = 100)]
+        size: usize,
+        /// 0, 1 or -1 (all).
+        #[arg(long, default_value = "-1", allow_hyphen_values = true)]
+        acks: String,
+    },
     /// Read `--records` records back from offset 0 of every partition.
     Consume {
         #[command(flatten)]
@@ -166,6 +184,13 @@ fn main() -> anyhow::Result<()> {
             records,
             isolation,
         } => consume(&target, records, &isolation),
+        Command::E2e {
+            target,
+            seconds,
+            rate,
+            size,
+            acks,
+        } => end_to_end(&target, seconds, rate, size.max(8), &acks),
         Command::Count { target } => count(&target),
     }
 }
@@ -460,6 +485,83 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
             "acked": ctx.acked.load(Ordering::Relaxed),
             "failed": ctx.failed.load(Ordering::Relaxed),
             "max_gap_ms": gaps,
+        })
+    );
+    Ok(())
+}
+
+fn end_to_end(t: &Target, seconds: u64, rate: u64, size: usize, acks: &str) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let total = seconds * rate;
+    let consumer: BaseConsumer = t
+        .client()?
+        .set("group.id", "strata-bench")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "500")
+        .set("fetch.queue.backoff.ms", "0")
+        .create()?;
+    // Read from the ends as they are before the first record is sent.
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..t.partitions {
+        let (_, high) = consumer.fetch_watermarks(&t.topic, p, Duration::from_secs(10))?;
+        tpl.add_partition_offset(&t.topic, p, Offset::Offset(high))?;
+    }
+    consumer.assign(&tpl)?;
+    let reader = std::thread::spawn(move || -> anyhow::Result<Vec<u64>> {
+        let mut micros = Vec::with_capacity(total as usize);
+        let mut last_progress = Instant::now();
+        while (micros.len() as u64) < total {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    let sent = m
+                        .payload()
+                        .and_then(|p| p.get(..8))
+                        .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                        .context("a record without its send instant")?;
+                    let now = start.elapsed().as_nanos() as u64;
+                    micros.push(now.saturating_sub(sent) / 1000);
+                    last_progress = Instant::now();
+                }
+                Some(Err(e)) => bail!("consume: {e}"),
+                None if last_progress.elapsed() > Duration::from_secs(30) => {
+                    bail!("stalled after {} of {total} records", micros.len())
+                }
+                None => {}
+            }
+        }
+        Ok(micros)
+    });
+    let mut config = t.client()?;
+    config.set("acks", acks).set("linger.ms", "1");
+    if acks == "-1" || acks == "all" {
+        config.set("enable.idempotence", "true");
+    }
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = config.create()?;
+    let mut payload = vec![7u8; size];
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(1.0 + i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        payload[..8].copy_from_slice(&(start.elapsed().as_nanos() as u64).to_le_bytes());
+        let record = BaseRecord::<(), [u8], ()>::to(&t.topic)
+            .payload(&payload[..])
+            .partition((i % t.partitions as u64) as i32);
+        if let Err((e, _)) = producer.send(record) {
+            bail!("enqueue: {e}");
+        }
+    }
+    producer.flush(Duration::from_secs(60))?;
+    let mut micros = reader.join().expect("reader thread")?;
+    micros.sort_unstable();
+    let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    println!(
+        "{}",
+        json!({
+            "records": micros.len(),
+            "e2e_p50_ms": at(0.5),
+            "e2e_p99_ms": at(0.99),
+            "e2e_max_ms": at(1.0),
         })
     );
     Ok(())
