@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import checker
 import nemesis
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--binary", default=os.environ.get("STRATA_BIN", os.path.join(REPO, "target/release/strata")))
     ap.add_argument("--deadline", type=float, default=0, help="give up after this many seconds in all (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory even on a pass")
+    ap.add_argument("--summary", help="append the run's summary (JSON, one line) to this file")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     replay = f"scripts/chaos --seed {seed} --seconds {args.seconds:g} --store {args.store}"
@@ -57,9 +59,10 @@ def main():
     started = time.time()
     try:
         report = run(cluster, h, seed, faults, args.seconds)
-    except Exception as e:
-        print(f"harness failure: {e!r}; work directory kept: {work}", flush=True)
-        raise
+    except Exception:
+        traceback.print_exc()
+        print(f"seed {seed}: HARNESS FAILURE\n  replay: {replay}\n  work directory kept: {work}", flush=True)
+        return 2
     finally:
         cluster.shutdown()
         h.close()
@@ -68,10 +71,14 @@ def main():
     print(text, flush=True)
     with open(os.path.join(work, "report.txt"), "w") as f:
         f.write(f"seed {seed}\n{text}\n")
+    summary = json.dumps({"seed": seed, "store": args.store, "seconds": args.seconds, "faults": len(faults),
+                          "wall_seconds": round(time.time() - started), "anomalies": dict(report.counts),
+                          "stats": report.stats, "work": None if report.valid and not args.keep else work})
     with open(os.path.join(work, "summary.json"), "w") as f:
-        json.dump({"seed": seed, "store": args.store, "seconds": args.seconds, "faults": len(faults),
-                   "wall_seconds": round(time.time() - started), "anomalies": dict(report.counts),
-                   "stats": report.stats, "work": work}, f)
+        f.write(summary + "\n")
+    if args.summary:
+        with open(args.summary, "a") as f:
+            f.write(summary + "\n")
     if report.valid and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
         print(f"seed {seed}: no anomalies", flush=True)
@@ -98,10 +105,11 @@ def run(cluster, h, seed, faults, seconds):
 
     print(f"[{time.time() - t0:6.1f}s] healing", flush=True)
     nem.heal_all()
-    if not workload.wait_leaders(cluster.bootstrap, 60):
-        h.add("final", "info", "lso-stuck", {"why": "partitions without leaders 60 s after healing"})
-    if not workload.probe(cluster.bootstrap, h):
-        print("the probe writes were not all acknowledged", flush=True)
+    healed = time.time()
+    if not (workload.wait_leaders(cluster.bootstrap, 30)
+            and workload.probe(cluster.bootstrap, h, max(5.0, healed + 30 - time.time()))):
+        h.add("final", "info", "unavailable-after-heal", {"seconds": round(time.time() - healed, 1)})
+        print("the cluster did not serve every partition within 30 s of healing", flush=True)
     time.sleep(3)  # the workload goes on a little on the healed cluster
     stuck = w.stop()
     if stuck:

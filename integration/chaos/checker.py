@@ -24,8 +24,10 @@ Anomalies, each counted with a few examples:
                         final read-committed read
   G0, G1c               cycles of write-write (G0) or also write-read (G1c) dependencies
                         between transactions, in log order
-  final-read-incomplete, lso-stuck    the final read could not reach the end of a
-                        partition, or open transactions never resolved
+  final-read-incomplete the final read could not reach the end of a partition
+  lso-stuck             open transactions never resolved after healing
+  unavailable-after-heal  after healing, the cluster did not acknowledge a write to
+                        every partition within 30 s
   restart-refused       a restarted broker refused to start ("already registered")
   client-crash          a client thread died of an exception in the harness
 
@@ -79,10 +81,8 @@ def check(ops):
             finals[v["isolation"]] = log
             if op["type"] != "ok":
                 r.add("final-read-incomplete", {"isolation": v["isolation"], "ends": v["ends"], "errors": v["errors"]})
-        elif op["f"] == "lso-stuck":
-            r.add("lso-stuck", op["value"])
-        elif op["f"] == "restart-refused":
-            r.add("restart-refused", op["value"])
+        elif op["f"] in ("lso-stuck", "unavailable-after-heal", "restart-refused"):
+            r.add(op["f"], op["value"])
         elif op["f"] == "client-crash":
             r.add("client-crash", {"process": op["process"], "error": op["value"]})
     if "ru" not in finals or "rc" not in finals:

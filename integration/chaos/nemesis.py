@@ -16,9 +16,9 @@ NODES = [1, 2, 3]
 
 # name: (weight, (shortest, longest) duration in seconds, needs the S3 proxies)
 FAULTS = {
-    "kill":            (3, (1, 6), False),   # kill -9 one broker, restart after the duration
-    "kill-two":        (1, (1, 6), False),   # kill -9 two brokers
-    "kill-wipe":       (2, (1, 6), False),   # kill -9 and delete its data directory
+    "kill":            (3, (0.3, 6), False),  # kill -9 one broker, restart after the duration
+    "kill-two":        (1, (0.3, 6), False),  # kill -9 two brokers
+    "kill-wipe":       (2, (0.3, 6), False),  # kill -9 and delete its data directory
     "pause-broker":    (2, (3, 8), False),   # SIGSTOP past the lease TTL, then SIGCONT
     "pause-etcd":      (1, (2, 8), False),
     "kill-etcd":       (1, (2, 6), False),   # restarted on the same data directory
@@ -89,7 +89,7 @@ class Nemesis:
         for fault in faults:
             if stopping.wait(max(0.0, t0 + fault.at - time.time())):
                 return
-            print(f"[{time.time() - t0:6.1f}s] {fault}", flush=True)
+            print(f"[{time.time() - t0:6.1f}s] planned at {fault}", flush=True)
             self.h.add("nemesis", "info", fault.name, {"phase": "start", "planned_at": fault.at, **fault.params})
             heal = self.apply(fault)
             stopping.wait(fault.duration)

@@ -285,5 +285,7 @@ class Cluster:
 
 
 def last_line(text):
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    return lines[-1][-300:] if lines else ""
+    """The line saying why a process stopped: its last error, else its last line."""
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith(" ")]
+    errors = [line for line in lines if line.startswith("Error:") or " ERROR " in line or "panicked" in line]
+    return (errors or lines or [""])[-1][-300:]
