@@ -172,8 +172,22 @@ def check(ops):
         "polled records": sum(len(rec) for _, _, rec in polls),
         "final records (read uncommitted/committed)": f"{sum(map(len, ru.values()))}/{sum(map(len, rc.values()))}",
         "faults": sum(op["process"] == "nemesis" and (op["value"] or {}).get("phase") == "start" for op in ops),
+        "longest wait between acks of a partition": longest_gap(sends),
     }
     return r
+
+
+def longest_gap(sends):
+    """The longest time a partition went without acknowledging a send, and when
+    (seconds since the first ack)."""
+    times = defaultdict(list)
+    for op in sends:
+        times[op["value"]["partition"]].append(op["time"])
+    if not times:
+        return None
+    start = min(t for ts in times.values() for t in ts)
+    gap, p, at = max((b - a, p, a) for p, ts in times.items() for a, b in zip(sorted(ts), sorted(ts)[1:]))
+    return f"{gap:.1f} s (partition {p}, from {at - start:.1f} s)"
 
 
 def locate(log, r):

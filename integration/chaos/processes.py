@@ -141,8 +141,10 @@ class Broker(Service):
         cmd = [self.binary, "serve", "--node-id", str(self.node),
                "--listen", f"127.0.0.1:{self.port}", "--advertised-listener", f"127.0.0.1:{self.port}",
                "--data-dir", self.data, "--cluster", f"etcd://127.0.0.1:{self.etcd_port}/strata",
-               "--cluster-lease-ttl-ms", str(LEASE_TTL_MS), "--wal-flush-ms", "20",
-               "--compaction-worker", "false", "--tier-interval-ms", "500"]
+               "--cluster-lease-ttl-ms", str(LEASE_TTL_MS), "--wal-flush-ms", "50",
+               "--compaction-worker", "false", "--tier-interval-ms", "500",
+               # segments seal (and the WAL behind them goes) within the run
+               "--wal-max-age-ms", "15000"]
         if self.store == "s3":
             cmd += ["--store", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", f"http://127.0.0.1:{self.s3_port}",
                     "--s3-allow-http", "true"]
@@ -263,7 +265,7 @@ class Cluster:
                         code = svc.proc.returncode
                         self.history.add("harness", "info", "process-exit",
                                          {"process": svc.name, "code": code,
-                                          "log": last_line(svc.log_since(max(0, os.path.getsize(svc.log_path) - 4000)))})
+                                          "log": last_line(svc.log_since(max(0, os.path.getsize(svc.log_path) - 50000)))})
                         if isinstance(svc, Broker):
                             self.ensure_up(svc)
                         else:

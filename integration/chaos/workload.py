@@ -1,7 +1,7 @@
 """The clients (confluent-kafka), each a thread recording into the history:
 
-  idem-N       idempotent producers (acks=all) sending unique values round-robin
-               to every partition; each ack with its (partition, offset)
+  idem-N       idempotent producers (acks=all) sending 20 unique values a second
+               round-robin to every partition; each ack with its (partition, offset)
   txn-A, txn-B transactional producers. Each transaction first polls (read
                committed, assign mode) the partition the other one writes, then
                writes 1-2 values to one or both of its own two partitions, and
@@ -111,8 +111,12 @@ class Workload:
 
     def producer(self, name, **extra):
         conf = base_config(self.bootstrap, name)
-        conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                     "message.timeout.ms": 30000, "retry.backoff.ms": 100}, **extra)
+        # Sends outlive any outage: an in-flight send that times out makes
+        # librdkafka bump the producer epoch, after which a retried batch
+        # can no longer be told from a new one (a duplicate the broker
+        # could not prevent). Transactions cap it at their own timeout.
+        conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 10,
+                     "message.timeout.ms": 120000, "retry.backoff.ms": 100}, **extra)
         return Producer(conf)
 
     def idempotent(self, name, rng):
@@ -134,7 +138,7 @@ class Workload:
             except BufferError as e:
                 self.h.add(name, "fail", "send", {"value": value, "partition": partition, "error": str(e)})
             p.poll(0)
-            time.sleep(0.025)
+            time.sleep(0.05)
         left = p.flush(30)
         if left:
             p.purge()
