@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--seconds", type=float, default=100, help="workload under faults, before healing")
+    ap.add_argument("--seconds", type=float, default=90, help="workload under faults, before healing")
     ap.add_argument("--store", choices=["s3", "file"], default="s3")
     ap.add_argument("--binary", default=os.environ.get("STRATA_BIN", os.path.join(REPO, "target/release/strata")))
     ap.add_argument("--deadline", type=float, default=0, help="give up after this many seconds in all (0: none)")
@@ -50,7 +50,9 @@ def main():
     work = tempfile.mkdtemp(prefix="strata-chaos-")
     binary = os.path.join(work, "strata")
     shutil.copy2(args.binary, binary)  # a rebuild must not swap it under the run
-    print(f"work directory {work}", flush=True)
+    built = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(binary).st_mtime))
+    about_binary = f"{os.path.abspath(args.binary)} ({os.stat(binary).st_size} bytes, modified {built})"
+    print(f"binary {about_binary}\nwork directory {work}", flush=True)
     h = History(os.path.join(work, "history.jsonl"))
     cluster = Cluster(work, binary, args.store, h)
     if args.deadline:
@@ -66,12 +68,14 @@ def main():
     finally:
         cluster.shutdown()
         h.close()
+        os.unlink(binary)  # 180 MB; the report names the original
 
     text = report.render()
     print(text, flush=True)
     with open(os.path.join(work, "report.txt"), "w") as f:
-        f.write(f"seed {seed}\n{text}\n")
-    summary = json.dumps({"seed": seed, "store": args.store, "seconds": args.seconds, "faults": len(faults),
+        f.write(f"seed {seed}\nbinary {about_binary}\n{text}\n")
+    summary = json.dumps({"seed": seed, "binary": about_binary, "store": args.store, "seconds": args.seconds,
+                          "faults": len(faults),
                           "wall_seconds": round(time.time() - started), "anomalies": dict(report.counts),
                           "stats": report.stats, "work": None if report.valid and not args.keep else work})
     with open(os.path.join(work, "summary.json"), "w") as f:
