@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -30,6 +31,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def main():
+    # SIGTERM stops a run as ^C does: the finally below stops every process.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--seconds", type=float, default=90, help="workload under faults, before healing")
@@ -66,6 +69,8 @@ def main():
         print(f"seed {seed}: HARNESS FAILURE\n  replay: {replay}\n  work directory kept: {work}", flush=True)
         return 2
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second ^C must not cut the cleanup short
+            signal.signal(sig, signal.SIG_IGN)
         cluster.shutdown()
         h.close()
         os.unlink(binary)  # 180 MB; the report names the original

@@ -21,7 +21,8 @@ class History:
         op = {"time": round(time.time(), 6), "process": process, "type": type, "f": f, "value": value}
         line = json.dumps(op, separators=(",", ":"))
         with self.lock:
-            self.file.write(line + "\n")
+            if not self.file.closed:  # clients still winding down after an interrupted run
+                self.file.write(line + "\n")
         return op
 
     def close(self):

@@ -19,7 +19,7 @@ FAULTS = {
     "kill":            (3, (0.3, 6), False),  # kill -9 one broker, restart after the duration
     "kill-two":        (1, (0.3, 6), False),  # kill -9 two brokers
     "kill-wipe":       (2, (0.3, 6), False),  # kill -9 and delete its data directory
-    "kill-slow-store": (2, (0.3, 6), True),   # slow one broker's store, then kill -9 it mid-write
+    "kill-hung-store": (2, (0.3, 6), True),   # one broker's store hangs, then kill -9 it mid-write
     "pause-broker":    (2, (3, 8), False),   # SIGSTOP past the lease TTL, then SIGCONT
     "pause-etcd":      (1, (2, 8), False),
     "kill-etcd":       (1, (2, 6), False),   # restarted on the same data directory
@@ -66,12 +66,12 @@ def schedule(seed, seconds, store):
 
 
 def draw_params(rng, name):
-    if name in ("kill", "kill-wipe", "pause-broker", "partition-etcd", "partition-store", "kill-slow-store"):
+    if name in ("kill", "kill-wipe", "pause-broker", "partition-etcd", "partition-store", "kill-hung-store"):
         params = {"node": rng.choice(NODES)}
         if name.startswith("partition"):
             params["how"] = rng.choice(["hang", "refuse"])
-        if name == "kill-slow-store":
-            params["latency_ms"] = rng.choice([300, 1000, 3000])
+        if name == "kill-hung-store":
+            params["hang_s"] = rng.choice([0.5, 1.5, 3])
         return params
     if name == "kill-two":
         return {"nodes": sorted(rng.sample(NODES, 2))}
@@ -109,15 +109,16 @@ class Nemesis:
                 if name == "kill-wipe":
                     b.wipe()
             return lambda: [c.ensure_up(b) for b in brokers]
-        if name == "kill-slow-store":
-            # Its writes take long to become durable while it keeps taking
-            # and serving them: the window in which a reader may see records
-            # that a new leader never recovers.
+        if name == "kill-hung-store":
+            # It keeps taking and serving writes that cannot become durable,
+            # then dies with them (its held requests never reach the store):
+            # a reader may have seen records that no new leader recovers.
             b, names = c.brokers[p["node"]], c.proxy_names("s3", [p["node"]])
-            c.proxy_set(names, latency_ms=p["latency_ms"])
-            time.sleep(1.5)
+            c.proxy_set(names, mode="hang")
+            time.sleep(p["hang_s"])
             b.kill()
-            c.proxy_set(names, latency_ms=0)
+            c.proxy_set(names, mode="refuse")
+            c.proxy_set(names, mode="pass")
             return lambda: c.ensure_up(b)
         if name == "pause-broker":
             b = c.brokers[p["node"]]
