@@ -5,7 +5,7 @@ proxies (proxy.py), which the nemesis drives through `Cluster.proxy_set`.
 
 A broker the harness wants up but that exited (fenced after a pause, or for
 any other reason) is restarted by the supervisor; a start that fails because
-etcd still holds the node's old registration ("already registered by a live
+etcd still holds the node's old registration ("registered by another live
 broker") is retried every second, and every such refusal is recorded in the
 history as `restart-refused`.
 """
@@ -246,7 +246,7 @@ class Cluster:
                     self.history.add("harness", "info", "broker-up", {"node": broker.node})
                     return True
                 broker.stop()
-                refused = "already registered by a live broker" in log
+                refused = "live broker" in log  # "node id N is registered by another live broker"
                 self.history.add("harness", "info", "restart-refused" if refused else "start-failed",
                                  {"node": broker.node, "status": status, "log": last_line(log)})
                 if time.time() > deadline or self.stopping.is_set():
