@@ -131,10 +131,7 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
             })
             .collect();
         let (topics, bytes, errors) = read_all(&wanted, max_bytes, read_committed).await;
-        let now = broker.clock.now();
-        if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
-            break topics;
-        }
+        // A reader at an end appended but not yet durable starts the fsync.
         for w in &wanted {
             for p in w
                 .partitions
@@ -143,6 +140,10 @@ pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> Fetc
             {
                 p.sync_soon();
             }
+        }
+        let now = broker.clock.now();
+        if bytes >= min_bytes || errors || watches.is_empty() || now >= deadline {
+            break topics;
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout(deadline - now, changed).await.is_err() {

@@ -95,11 +95,14 @@ impl OffsetsStore {
             .map(|(key, value)| (Some(key.encode()), value.clone(), now))
             .collect();
         let buf = encode_batch(records, None, Compression::None)?;
-        Ok(self
+        let end = self
             .partition
             .append(&buf, &self.append_config)?
             .last_offset
-            + 1)
+            + 1;
+        // Readers of the topic see it once durable, waited for or not.
+        self.partition.sync_soon();
+        Ok(end)
     }
 
     /// Appends offset records as one transactional batch of producer
@@ -138,11 +141,14 @@ impl OffsetsStore {
         };
         RecordBatchEncoder::encode(&mut buf, &records, &options)
             .map_err(|e| LogError::Corrupt(e.to_string()))?;
-        Ok(self
+        let end = self
             .partition
             .append(&buf, &self.append_config)?
             .last_offset
-            + 1)
+            + 1;
+        // Readers of the topic see it once durable, waited for or not.
+        self.partition.sync_soon();
+        Ok(end)
     }
 
     /// Waits until appends up to `end` are durable, when the fsync policy asks for it.

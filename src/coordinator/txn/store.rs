@@ -67,11 +67,14 @@ impl TxnStore {
             None,
             Compression::None,
         )?;
-        Ok(self
+        let end = self
             .partition
             .append(&buf, &self.append_config)?
             .last_offset
-            + 1)
+            + 1;
+        // Readers of the topic see it once durable, waited for or not.
+        self.partition.sync_soon();
+        Ok(end)
     }
 
     pub async fn durable(&self, end: i64) -> Result<(), LogError> {
