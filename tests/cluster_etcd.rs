@@ -203,6 +203,13 @@ async fn a_node_id_held_by_a_live_broker_is_refused_until_it_leaves() {
     assert!(matches!(again.lease_state(), LeaseState::Live { .. }));
 }
 
+/// The revision at which broker `node`'s registration key was created.
+async fn created_at(etcd: &Etcd, node: NodeId) -> Option<i64> {
+    let key = etcd.keys().broker(node);
+    let resp = etcd.client().get(key, None).await.unwrap();
+    resp.kvs().first().map(|kv| kv.create_revision())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_broker_takes_over_the_registration_of_its_dead_incarnation() {
     let Some(etcd) = EtcdServer::start() else {
@@ -210,37 +217,17 @@ async fn a_restarted_broker_takes_over_the_registration_of_its_dead_incarnation(
     };
     let client = etcd.ready().await;
     let url = etcd.url();
-    let key = client.keys().broker(1);
-    let created = |kv: Option<etcd_client::KeyValue>| kv.map(|kv| kv.create_revision());
     // Restarted on its data directory, and on a wiped one (a new id).
     for (crashed_on, restarted_on) in [("dir-a", "dir-a"), ("dir-a", "dir-b")] {
         let crashed = join_from(&url, 1, Some(crashed_on)).await.unwrap();
-        let registered = created(
-            client
-                .client()
-                .get(key.clone(), None)
-                .await
-                .unwrap()
-                .kvs()
-                .first()
-                .cloned(),
-        );
+        let registered = created_at(&client, 1).await;
         // kill -9: the keep-alives stop, the lease lingers for its TTL.
         drop(crashed);
         let restarted = join_from(&url, 1, Some(restarted_on))
             .await
             .expect("a restart after a crash is not refused");
         assert!(matches!(restarted.lease_state(), LeaseState::Live { .. }));
-        let now = created(
-            client
-                .client()
-                .get(key.clone(), None)
-                .await
-                .unwrap()
-                .kvs()
-                .first()
-                .cloned(),
-        );
+        let now = created_at(&client, 1).await;
         assert_eq!(
             now, registered,
             "{restarted_on}: the registration was taken over, never deleted (the broker never looked gone)"
