@@ -1,0 +1,1222 @@
+//! Deterministic simulation of the cluster's core, one seed per world.
+//!
+//! The chaos suite (`integration/chaos`) runs real processes and finds what
+//! real timing finds, a few schedules an hour. The dangerous interleavings of
+//! a diskless cluster are narrower than that: a PUT that lands after its
+//! caller gave up, a paused leader that wakes up with a write in flight, a
+//! takeover racing an upload. Here the real write-ahead log, takeover and
+//! fencing, manifest commits, uploads and WAL collection of three brokers run
+//! in one thread on tokio's paused clock, so a seed decides everything:
+//!
+//! - the object store is in memory and draws, per request, a latency and a
+//!   fate: served, refused (503), timed out unserved, or served with the
+//!   answer lost;
+//! - etcd is a fake with the two things the core relies on: leases that
+//!   expire `TTL` after a broker stops renewing them, and one leader and
+//!   epoch per partition, moved only when the leader's lease is gone or the
+//!   leader released the partition;
+//! - the nemesis crashes brokers (wiping a disk sometimes), restarts them,
+//!   cuts one off from etcd while it goes on serving and writing (a paused
+//!   process that resumes, a zombie), and hands partitions over;
+//! - one idempotent producer per partition retries a batch until it is
+//!   acknowledged, and readers fetch from whichever broker believes it leads.
+//!
+//! After healing, every partition is read from its start, and the history is
+//! checked as the chaos suite checks it: nothing acknowledged lost or moved,
+//! no value twice, nothing read that the final log does not hold at that
+//! offset. A failing seed prints itself and replays exactly:
+//! `SIM_SEED=n cargo test --release --test simulation`; `SIM_SEEDS=n` runs
+//! more seeds.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Buf, Bytes};
+use futures::stream::{BoxStream, StreamExt};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use parking_lot::Mutex;
+use strata::catalog::{Catalog, CatalogSettings, TopicConfig};
+use strata::clock::{Clock, SharedClock};
+use strata::format::batch::{encode_batch, whole_batches_len};
+use strata::log::Visibility;
+use strata::tier::{Claim, Tier, WalCollector};
+use strata::wal::{self, Wal};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+mod common;
+
+const TOPIC: &str = "sim";
+const TOPIC_ID: Uuid = Uuid::from_u128(0x5151);
+const PARTITIONS: i32 = 2;
+const NODES: [i32; 3] = [1, 2, 3];
+const TTL: Duration = Duration::from_secs(2);
+const STEPS: usize = 200;
+const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+/// splitmix64: small, fast, and the same everywhere.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+    fn pick<T: Copy>(&mut self, from: &[T]) -> Option<T> {
+        (!from.is_empty()).then(|| from[self.below(from.len() as u64) as usize])
+    }
+}
+
+/// The virtual clock, for the tier's backoffs and ages.
+#[derive(Debug)]
+struct SimClock {
+    start: Instant,
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        1_700_000_000_000 + self.start.elapsed().as_millis() as i64
+    }
+    fn now(&self) -> std::time::Instant {
+        Instant::now().into_std()
+    }
+}
+
+/// How often the store misbehaves in one world.
+#[derive(Debug, Clone, Copy)]
+struct StoreFaults {
+    median_ms: f64,
+    refused: f64,
+    timed_out: f64,
+    lost: f64,
+    slow_list: f64,
+}
+
+impl StoreFaults {
+    fn draw(rng: &mut Rng) -> StoreFaults {
+        StoreFaults {
+            median_ms: 2.0 + rng.unit() * 40.0,
+            refused: rng.unit() * 0.1,
+            timed_out: rng.unit() * 0.03,
+            lost: rng.unit() * 0.05,
+            slow_list: rng.unit() * 0.2,
+        }
+    }
+    const HEALED: StoreFaults = StoreFaults {
+        median_ms: 5.0,
+        refused: 0.0,
+        timed_out: 0.0,
+        lost: 0.0,
+        slow_list: 0.0,
+    };
+}
+
+enum Fate {
+    Served,
+    Refused,
+    TimedOut,
+    Lost,
+}
+
+/// An in-memory store whose every request draws its latency and fate from
+/// the seed and the request itself (its kind, key and how many times that
+/// key was asked before), so the draws do not depend on which task happened
+/// to ask first.
+#[derive(Debug)]
+struct SimStore {
+    inner: Arc<InMemory>,
+    seed: u64,
+    faults: Mutex<StoreFaults>,
+    asked: Mutex<HashMap<(String, String), u64>>,
+}
+
+impl fmt::Display for SimStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SimStore({})", self.seed)
+    }
+}
+
+fn injected(what: &'static str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "sim",
+        source: what.into(),
+    }
+}
+
+impl SimStore {
+    fn draw(&self, op: &str, key: &str) -> (Duration, Fate) {
+        let n = {
+            let mut asked = self.asked.lock();
+            let n = asked.entry((op.to_string(), key.to_string())).or_default();
+            *n += 1;
+            *n
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.seed, op, key, n).hash(&mut h);
+        let mut rng = Rng(h.finish());
+        let f = *self.faults.lock();
+        // Log-normal around the median: a long tail, as S3 has.
+        let z = (-2.0 * rng.unit().max(1e-12).ln()).sqrt()
+            * (2.0 * std::f64::consts::PI * rng.unit()).cos();
+        let mut ms = f.median_ms * (0.6 * z).exp();
+        if op == "list" && rng.chance(f.slow_list) {
+            ms *= 20.0;
+        }
+        let fate = match rng.unit() {
+            u if u < f.refused => Fate::Refused,
+            u if u < f.refused + f.timed_out => {
+                ms += 1000.0 + rng.unit() * 4000.0;
+                Fate::TimedOut
+            }
+            u if u < f.refused + f.timed_out + f.lost => Fate::Lost,
+            _ => Fate::Served,
+        };
+        (Duration::from_micros((ms * 1000.0) as u64), fate)
+    }
+
+    /// Runs the mutation `op` as the drawn fate says. Once sent, it lands
+    /// even if its caller dies meanwhile, as a request on the wire does.
+    async fn mutate<T, Fut>(
+        &self,
+        op: &str,
+        key: &Path,
+        run: impl FnOnce(Arc<InMemory>) -> Fut,
+    ) -> object_store::Result<T>
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = object_store::Result<T>> + Send + 'static,
+    {
+        let (latency, fate) = self.draw(op, key.as_ref());
+        let lost = match fate {
+            Fate::Refused => return Err(injected("503 SlowDown")),
+            Fate::TimedOut => {
+                tokio::time::sleep(latency).await;
+                return Err(injected("timed out"));
+            }
+            Fate::Served => false,
+            Fate::Lost => true,
+        };
+        let sent = run(self.inner.clone());
+        let landed = tokio::spawn(async move {
+            tokio::time::sleep(latency / 2).await;
+            sent.await
+        })
+        .await
+        .expect("a store request panicked");
+        tokio::time::sleep(latency / 2).await;
+        if lost {
+            Err(injected("connection reset after the request was served"))
+        } else {
+            landed
+        }
+    }
+
+    /// Runs the read `op` as the drawn fate says.
+    async fn request<T>(
+        &self,
+        op: &str,
+        key: &Path,
+        run: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> object_store::Result<T> {
+        let (latency, fate) = self.draw(op, key.as_ref());
+        match fate {
+            Fate::Refused => Err(injected("503 SlowDown")),
+            Fate::TimedOut => {
+                tokio::time::sleep(latency).await;
+                Err(injected("timed out"))
+            }
+            Fate::Served | Fate::Lost => {
+                tokio::time::sleep(latency).await;
+                run.await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for SimStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let location = location.clone();
+        self.mutate("put", &location.clone(), move |s| async move {
+            s.put_opts(&location, payload, opts).await
+        })
+        .await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.request(
+            "multipart",
+            location,
+            self.inner.put_multipart_opts(location, opts),
+        )
+        .await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.request("get", location, self.inner.get_opts(location, options))
+            .await
+    }
+
+    async fn delete(&self, location: &Path) -> object_store::Result<()> {
+        let location = location.clone();
+        self.mutate("delete", &location.clone(), move |s| async move {
+            s.delete(&location).await
+        })
+        .await
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let key = prefix.cloned().unwrap_or_default();
+        let (latency, fate) = self.draw("list", key.as_ref());
+        let inner = self.inner.clone();
+        futures::stream::once(async move {
+            tokio::time::sleep(latency).await;
+            match fate {
+                Fate::Served => Ok(inner.list(Some(&key))),
+                Fate::Refused => Err(injected("503 SlowDown")),
+                Fate::TimedOut | Fate::Lost => Err(injected("timed out")),
+            }
+        })
+        .flat_map(|r| match r {
+            Ok(listing) => listing,
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        })
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        let key = prefix.cloned().unwrap_or_default();
+        self.request("list", &key, self.inner.list_with_delimiter(prefix))
+            .await
+    }
+
+    async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        let (from, to) = (from.clone(), to.clone());
+        self.mutate("copy", &to.clone(), move |s| async move {
+            s.copy(&from, &to).await
+        })
+        .await
+    }
+
+    async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+        let (from, to) = (from.clone(), to.clone());
+        self.mutate("copy", &to.clone(), move |s| async move {
+            s.copy_if_not_exists(&from, &to).await
+        })
+        .await
+    }
+}
+
+/// The fake etcd: leases, and one leader and epoch per partition.
+#[derive(Default)]
+struct Etcd {
+    leases: BTreeSet<i32>,
+    /// Per partition: (leader, epoch).
+    leaders: BTreeMap<i32, (Option<i32>, i32)>,
+}
+
+/// What the clients saw, and what the simulation did.
+#[derive(Default)]
+struct History {
+    /// value -> (partition, offset) of every acknowledgement.
+    acks: BTreeMap<u64, Vec<(i32, i64)>>,
+    /// (partition, offset) -> values read there.
+    reads: BTreeMap<(i32, i64), BTreeSet<u64>>,
+    trace: Vec<String>,
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+/// One run of a broker process, from boot to crash.
+struct Run {
+    catalog: Arc<Catalog>,
+    tier: Arc<Tier>,
+    wal: Arc<Wal>,
+    /// Partitions this run serves, at the epoch it took them at.
+    serving: Shared<BTreeMap<i32, i32>>,
+    taking_over: Arc<std::sync::atomic::AtomicBool>,
+    /// Partitions being handed to another node, at the epoch released:
+    /// not claimed back at that epoch.
+    releasing: Shared<BTreeMap<i32, i32>>,
+    /// Whether etcd can be reached.
+    connected: Arc<std::sync::atomic::AtomicBool>,
+    collector: Arc<tokio::sync::Mutex<WalCollector>>,
+    /// Dropped with the run, which aborts every task of the process.
+    tasks: JoinSet<()>,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Health {
+    Up,
+    /// Cut off from etcd since then, and not knowing it.
+    Isolated(Instant),
+    Down(Instant),
+}
+
+struct Node {
+    id: i32,
+    dir: PathBuf,
+    health: Health,
+    run: Option<Run>,
+}
+
+/// One idempotent producer per partition, one batch in flight.
+struct Producer {
+    id: i64,
+    next_seq: i32,
+    in_flight: Option<(i32, u64)>,
+}
+
+struct World {
+    rng: Rng,
+    store: Arc<SimStore>,
+    clock: SharedClock,
+    nodes: Vec<Node>,
+    etcd: Shared<Etcd>,
+    producers: Vec<Producer>,
+    history: Shared<History>,
+    next_value: u64,
+    start: Instant,
+    _root: tempfile::TempDir,
+}
+
+fn trace(history: &Shared<History>, start: Instant, line: String) {
+    let ms = start.elapsed().as_millis();
+    history.lock().trace.push(format!("{ms:>7} {line}"));
+}
+
+impl World {
+    fn new(seed: u64) -> World {
+        let mut rng = Rng(seed);
+        let faults = StoreFaults::draw(&mut rng);
+        let root = tempfile::Builder::new()
+            .prefix("strata-sim-")
+            .tempdir_in(scratch())
+            .unwrap();
+        let nodes = NODES
+            .iter()
+            .map(|&id| Node {
+                id,
+                dir: root.path().join(id.to_string()),
+                health: Health::Down(Instant::now()),
+                run: None,
+            })
+            .collect();
+        let etcd = Etcd {
+            leaders: (0..PARTITIONS).map(|p| (p, (None, 0))).collect(),
+            ..Etcd::default()
+        };
+        World {
+            rng,
+            store: Arc::new(SimStore {
+                inner: Arc::new(InMemory::new()),
+                seed,
+                faults: Mutex::new(faults),
+                asked: Mutex::new(HashMap::new()),
+            }),
+            clock: Arc::new(SimClock {
+                start: Instant::now(),
+            }),
+            nodes,
+            etcd: Arc::new(Mutex::new(etcd)),
+            producers: (0..PARTITIONS)
+                .map(|p| Producer {
+                    id: 1000 + p as i64,
+                    next_seq: 0,
+                    in_flight: None,
+                })
+                .collect(),
+            history: Default::default(),
+            next_value: 1,
+            start: Instant::now(),
+            _root: root,
+        }
+    }
+
+    fn log(&self, line: String) {
+        trace(&self.history, self.start, line);
+    }
+
+    /// Boots node `i`: fences its own earlier runs, opens its log, catalog
+    /// and tier, and registers (a fresh lease).
+    async fn boot(&mut self, i: usize) {
+        let store: Arc<dyn ObjectStore> = self.store.clone();
+        let node = &self.nodes[i];
+        let (id, dir) = (node.id, node.dir.clone());
+        let opened = async {
+            let catalog = Arc::new(Catalog::open(
+                &dir,
+                CatalogSettings {
+                    visibility: Visibility::Durable,
+                },
+            )?);
+            let config = TopicConfig {
+                overrides: [("segment.bytes".to_string(), "1024".to_string())].into(),
+            };
+            catalog.adopt_topic(TOPIC, TOPIC_ID, PARTITIONS, config)?;
+            let args = common::config(&dir, &["--node-id", &id.to_string()]);
+            let tier =
+                Tier::open(store.clone(), catalog.clone(), &args, self.clock.clone()).await?;
+            wal::fence(&store, id, id).await?;
+            let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
+            anyhow::Ok((catalog, tier, wal))
+        };
+        let (catalog, tier, wal) = match opened.await {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.log(format!("node {id} boot failed: {e}"));
+                return;
+            }
+        };
+        let topic = catalog.topic(TOPIC).unwrap();
+        for (index, partition) in topic.partitions().into_iter().enumerate() {
+            partition.attach_head_sink(Arc::new(wal.partition(TOPIC_ID, index as i32)));
+        }
+        let serving: Shared<BTreeMap<i32, i32>> = Default::default();
+        let scope = serving.clone();
+        tier.set_scope(Arc::new(move |t, p| {
+            t == TOPIC_ID && scope.lock().contains_key(&p)
+        }));
+        let mut tasks = JoinSet::new();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tasks.spawn(wal.clone().run(stopped));
+        self.nodes[i].run = Some(Run {
+            catalog,
+            tier,
+            wal,
+            serving,
+            taking_over: Default::default(),
+            releasing: Default::default(),
+            connected: Arc::new(true.into()),
+            collector: Default::default(),
+            tasks,
+            _stop: stop,
+        });
+        self.nodes[i].health = Health::Up;
+        self.etcd.lock().leases.insert(id);
+        self.log(format!("node {id} up"));
+    }
+}
+
+fn scratch() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn value_bytes(value: u64) -> Bytes {
+    Bytes::copy_from_slice(&value.to_be_bytes())
+}
+
+/// The (offset, value) pairs of fetched batches.
+fn decode(records: &Bytes) -> Vec<(i64, u64)> {
+    let mut whole = records.slice(..whole_batches_len(records));
+    let sets =
+        RecordBatchDecoder::decode_all(&mut whole).expect("the broker served corrupt batches");
+    sets.iter()
+        .flat_map(|s| &s.records)
+        .filter_map(|r| {
+            let mut v = r.value.clone()?;
+            (v.len() == 8).then(|| (r.offset, v.get_u64()))
+        })
+        .collect()
+}
+
+impl World {
+    fn partition(run: &Run, p: i32) -> Arc<strata::log::Partition> {
+        run.catalog.topic(TOPIC).unwrap().partition(p).unwrap()
+    }
+
+    /// Nodes whose run believes it leads `p` (zombies included).
+    fn believers(&self, p: i32) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i]
+                    .run
+                    .as_ref()
+                    .is_some_and(|r| r.serving.lock().contains_key(&p))
+            })
+            .collect()
+    }
+
+    fn nodes_where(&self, f: impl Fn(&Node) -> bool) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| f(&self.nodes[i]))
+            .collect()
+    }
+
+    /// kill -9: every task of the process stops where it stands; requests
+    /// already sent to the store still land.
+    fn crash(&mut self, i: usize, wipe: bool) {
+        let node = &mut self.nodes[i];
+        if node.run.take().is_none() {
+            return;
+        }
+        node.health = Health::Down(Instant::now());
+        if wipe {
+            let _ = std::fs::remove_dir_all(&node.dir);
+        }
+        let id = node.id;
+        self.log(format!(
+            "node {id} killed{}",
+            if wipe { ", disk wiped" } else { "" }
+        ));
+    }
+
+    /// Cut off from etcd: its lease runs out while it goes on serving.
+    fn isolate(&mut self, i: usize) {
+        if let (Health::Up, Some(run)) = (self.nodes[i].health, &self.nodes[i].run) {
+            run.connected
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            self.nodes[i].health = Health::Isolated(Instant::now());
+            self.log(format!("node {} cut off from etcd", self.nodes[i].id));
+        }
+    }
+
+    /// Back in touch: with its lease gone it stops serving, and a run that
+    /// a takeover fenced restarts, as the broker does.
+    async fn reconnect(&mut self, i: usize) {
+        let Health::Isolated(_) = self.nodes[i].health else {
+            return;
+        };
+        let id = self.nodes[i].id;
+        let run = self.nodes[i].run.as_ref().unwrap();
+        run.connected
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if self.etcd.lock().leases.contains(&id) {
+            self.nodes[i].health = Health::Up;
+            self.log(format!("node {id} reconnected within its lease"));
+            return;
+        }
+        let run = self.nodes[i].run.as_ref().unwrap();
+        run.serving.lock().clear();
+        let fenced = run.wal.probe().await.unwrap_or(false) || run.wal.is_fenced();
+        if fenced {
+            self.log(format!("node {id} reconnected fenced; restarting"));
+            self.crash(i, false);
+            self.boot(i).await;
+        } else {
+            self.nodes[i].health = Health::Up;
+            self.etcd.lock().leases.insert(id);
+            self.log(format!("node {id} reconnected and registered again"));
+        }
+    }
+
+    /// The controller: leases of silent nodes expire, and partitions whose
+    /// leader has no lease move to a live node at the next epoch.
+    fn control(&mut self) {
+        let now = Instant::now();
+        let mut lines = Vec::new();
+        {
+            let mut etcd = self.etcd.lock();
+            for node in &self.nodes {
+                if let Health::Isolated(since) | Health::Down(since) = node.health {
+                    if now.duration_since(since) >= TTL && etcd.leases.remove(&node.id) {
+                        lines.push(format!("lease of node {} expired", node.id));
+                    }
+                }
+            }
+            let live: Vec<i32> = self
+                .nodes
+                .iter()
+                .filter(|n| n.health == Health::Up && etcd.leases.contains(&n.id))
+                .map(|n| n.id)
+                .collect();
+            for p in 0..PARTITIONS {
+                let (leader, epoch) = etcd.leaders[&p];
+                if leader.is_some_and(|l| etcd.leases.contains(&l)) {
+                    continue;
+                }
+                if let Some(n) = self.rng.pick(&live) {
+                    etcd.leaders.insert(p, (Some(n), epoch + 1));
+                    lines.push(format!("partition {p} to node {n} at epoch {}", epoch + 1));
+                }
+            }
+        }
+        for line in lines {
+            self.log(line);
+        }
+    }
+
+    /// Connected nodes follow the assignment: stop serving what moved away,
+    /// take over what they were given.
+    fn follow(&mut self) {
+        let leaders = self.etcd.lock().leaders.clone();
+        let alive = self.etcd.lock().leases.clone();
+        for node in &mut self.nodes {
+            let (Health::Up, Some(run)) = (node.health, node.run.as_mut()) else {
+                continue;
+            };
+            let me = node.id;
+            run.serving
+                .lock()
+                .retain(|p, e| leaders[p] == (Some(me), *e));
+            run.releasing
+                .lock()
+                .retain(|p, e| leaders[p] == (Some(me), *e));
+            let claims: Vec<(i32, i32)> = leaders
+                .iter()
+                .filter(|(p, (l, e))| {
+                    *l == Some(me)
+                        && run.serving.lock().get(p) != Some(e)
+                        && !run.releasing.lock().contains_key(p)
+                })
+                .map(|(p, (_, e))| (*p, *e))
+                .collect();
+            if claims.is_empty()
+                || run
+                    .taking_over
+                    .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                continue;
+            }
+            let (tier, wal, serving, flag) = (
+                run.tier.clone(),
+                run.wal.clone(),
+                run.serving.clone(),
+                run.taking_over.clone(),
+            );
+            let topic = run.catalog.topic(TOPIC).unwrap();
+            let (history, start, alive) = (self.history.clone(), self.start, alive.clone());
+            run.tasks.spawn(async move {
+                let claims: Vec<Claim> = claims
+                    .into_iter()
+                    .map(|(p, epoch)| Claim {
+                        topic: topic.clone(),
+                        index: p,
+                        partition: topic.partition(p).unwrap(),
+                        epoch,
+                    })
+                    .collect();
+                // As the broker does: what this run appended is in its own
+                // log before the takeover reads the head back from there.
+                let flushed = futures::future::join_all(claims.iter().map(|c| {
+                    tokio::time::timeout(TTL, c.partition.wait_durable(c.partition.end_offset()))
+                }))
+                .await;
+                if !flushed.iter().all(|f| matches!(f, Ok(Ok(())))) {
+                    let why: Vec<String> = flushed
+                        .iter()
+                        .map(|f| match f {
+                            Ok(Ok(())) => "ok".into(),
+                            Ok(Err(e)) => e.to_string(),
+                            Err(_) => "timed out".into(),
+                        })
+                        .collect();
+                    trace(
+                        &history,
+                        start,
+                        format!(
+                            "node {me}: own log not durable ({why:?}), no takeover; fenced {}",
+                            wal.is_fenced()
+                        ),
+                    );
+                } else {
+                    let own = wal.next_sequence();
+                    for (claim, taken) in tier
+                        .take_over(claims, me, own, |n| alive.contains(&n))
+                        .await
+                    {
+                        let (p, epoch) = (claim.index, claim.epoch);
+                        let line = match taken {
+                            Ok(end) => {
+                                serving.lock().insert(p, epoch);
+                                format!("node {me} took partition {p} at epoch {epoch}, end {end}")
+                            }
+                            Err(e) => format!("node {me} failed to take partition {p}: {e}"),
+                        };
+                        trace(&history, start, line);
+                    }
+                }
+                flag.store(false, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+    }
+
+    /// The producer of `p` sends its batch in flight again, or the next one,
+    /// to a broker that believes it leads `p`.
+    fn produce(&mut self, p: i32) {
+        let acked = |v: u64| self.history.lock().acks.contains_key(&v);
+        let fresh = self.producers[p as usize]
+            .in_flight
+            .is_none_or(|(_, v)| acked(v));
+        let producer = &mut self.producers[p as usize];
+        if fresh {
+            producer.in_flight = Some((producer.next_seq, self.next_value));
+            producer.next_seq += 1;
+            self.next_value += 1;
+        }
+        let (seq, value) = producer.in_flight.unwrap();
+        let pid = producer.id;
+        let Some(i) = self.rng.pick(&self.believers(p)) else {
+            return;
+        };
+        let node = &mut self.nodes[i];
+        let run = node.run.as_mut().unwrap();
+        let partition = Self::partition(run, p);
+        let topic = run.catalog.topic(TOPIC).unwrap();
+        let batch = encode_batch(
+            vec![(None, Some(value_bytes(value)), 1_700_000_000_000)],
+            Some((pid, 0, seq)),
+            Compression::None,
+        )
+        .unwrap();
+        let id = node.id;
+        let line = match partition.append(&batch, &topic.append_config()) {
+            Ok(out) => {
+                let (history, start) = (self.history.clone(), self.start);
+                run.tasks.spawn(async move {
+                    let line = match partition.wait_durable(out.last_offset + 1).await {
+                        Ok(()) => {
+                            let mut h = history.lock();
+                            h.acks.entry(value).or_default().push((p, out.base_offset));
+                            format!("ack v{value} at {p}/{}", out.base_offset)
+                        }
+                        Err(e) => format!("v{value} not acknowledged: {e}"),
+                    };
+                    trace(&history, start, line);
+                });
+                format!(
+                    "v{value} seq {seq} appended at {p}/{} on node {id}{}",
+                    out.base_offset,
+                    if out.duplicate { " (duplicate)" } else { "" }
+                )
+            }
+            Err(e) => format!("v{value} refused by node {id}: {e}"),
+        };
+        self.log(line);
+    }
+
+    /// A reader fetches `p` from a broker that believes it leads it.
+    fn consume(&mut self, p: i32) {
+        let Some(i) = self.rng.pick(&self.believers(p)) else {
+            return;
+        };
+        let start_at = self.rng.next();
+        let run = self.nodes[i].run.as_mut().unwrap();
+        let partition = Self::partition(run, p);
+        let (from, hw) = (partition.log_start_offset(), partition.high_watermark());
+        let offset = from + (start_at % (hw - from + 1).max(1) as u64) as i64;
+        let history = self.history.clone();
+        run.tasks.spawn(async move {
+            if let Ok(slice) = partition.fetch(offset, 2048, true).await {
+                let mut h = history.lock();
+                for (off, value) in decode(&slice.records) {
+                    h.reads.entry((p, off)).or_default().insert(value);
+                }
+            }
+        });
+    }
+
+    /// A background job of one node: a tier pass (seals, uploads, manifest
+    /// commits) or a WAL collection.
+    fn job(&mut self, collect: bool) {
+        let Some(i) = self.rng.pick(&self.nodes_where(|n| n.run.is_some())) else {
+            return;
+        };
+        let run = self.nodes[i].run.as_mut().unwrap();
+        let tier = run.tier.clone();
+        if collect {
+            let collector = run.collector.clone();
+            run.tasks.spawn(async move {
+                let _ = collector.lock().await.collect(&tier).await;
+            });
+        } else {
+            run.tasks.spawn(async move { tier.pass().await });
+        }
+    }
+
+    /// A live leader hands `p` to another live node: it stops serving,
+    /// makes its head durable, and releases; only then does it move.
+    fn hand_over(&mut self, p: i32) {
+        let (leader, epoch) = self.etcd.lock().leaders[&p];
+        let Some(from) = leader.and_then(|l| self.nodes.iter().position(|n| n.id == l)) else {
+            return;
+        };
+        let live = self.nodes_where(|n| n.health == Health::Up && n.run.is_some());
+        let to: Vec<i32> = live
+            .iter()
+            .map(|&i| self.nodes[i].id)
+            .filter(|&n| Some(n) != leader)
+            .collect();
+        let Some(to) = self.rng.pick(&to) else {
+            return;
+        };
+        let node = &mut self.nodes[from];
+        let (Health::Up, Some(run)) = (node.health, node.run.as_mut()) else {
+            return;
+        };
+        if run.serving.lock().remove(&p) != Some(epoch) {
+            return;
+        }
+        run.releasing.lock().insert(p, epoch);
+        let connected = run.connected.clone();
+        let partition = Self::partition(run, p);
+        let (etcd, history, start, me) =
+            (self.etcd.clone(), self.history.clone(), self.start, node.id);
+        run.tasks.spawn(async move {
+            if partition
+                .wait_durable(partition.end_offset())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            // Releasing needs etcd: retried until it answers, or until
+            // the partition moved anyway (this node's lease ran out).
+            loop {
+                if connected.load(std::sync::atomic::Ordering::SeqCst) {
+                    let mut etcd = etcd.lock();
+                    if etcd.leaders[&p] != (Some(me), epoch) {
+                        return;
+                    }
+                    etcd.leaders.insert(p, (Some(to), epoch + 1));
+                    drop(etcd);
+                    let line = format!(
+                        "node {me} handed partition {p} to node {to} at epoch {}",
+                        epoch + 1
+                    );
+                    trace(&history, start, line);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
+    /// A connected broker whose log a takeover fenced exits, and its
+    /// supervisor starts it again.
+    async fn restart_fenced(&mut self) {
+        for i in 0..self.nodes.len() {
+            let fenced = self.nodes[i].health == Health::Up
+                && self.nodes[i]
+                    .run
+                    .as_ref()
+                    .is_some_and(|r| r.wal.is_fenced());
+            if fenced {
+                self.log(format!("node {} exits fenced", self.nodes[i].id));
+                self.crash(i, false);
+                self.boot(i).await;
+            }
+        }
+    }
+
+    async fn step(&mut self) {
+        let pause = Duration::from_millis(self.rng.below(150));
+        tokio::time::sleep(pause).await;
+        self.restart_fenced().await;
+        self.control();
+        self.follow();
+        let p = self.rng.below(PARTITIONS as u64) as i32;
+        let any = self.rng.below(self.nodes.len() as u64) as usize;
+        match self.rng.below(100) {
+            0..=34 => self.produce(p),
+            35..=54 => self.consume(p),
+            55..=62 => self.job(false),
+            63..=67 => self.job(true),
+            68..=72 => self.crash(any, false),
+            73..=74 => self.crash(any, true),
+            75..=80 => self.isolate(any),
+            81..=86 => self.reconnect(any).await,
+            87..=93 => {
+                if matches!(self.nodes[any].health, Health::Down(_)) {
+                    self.boot(any).await;
+                }
+            }
+            _ => self.hand_over(p),
+        }
+    }
+
+    /// Everything healed: the store behaves, every node is back and in
+    /// touch. Then the cluster must settle: every partition served by its
+    /// leader, every producer's last batch acknowledged, nothing unflushed.
+    async fn heal(&mut self) -> Result<(), String> {
+        *self.store.faults.lock() = StoreFaults::HEALED;
+        self.log("healed".into());
+        for round in 0..600 {
+            for i in 0..self.nodes.len() {
+                match self.nodes[i].health {
+                    Health::Isolated(_) => self.reconnect(i).await,
+                    Health::Down(_) => self.boot(i).await,
+                    Health::Up => {}
+                }
+            }
+            self.restart_fenced().await;
+            self.control();
+            self.follow();
+            if round % 10 == 0 {
+                self.job(false);
+            }
+            for p in 0..PARTITIONS {
+                self.produce(p);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.settled() {
+                return Ok(());
+            }
+        }
+        Err("the cluster did not settle within 60 s of healing".into())
+    }
+
+    fn settled(&self) -> bool {
+        let acks = &self.history.lock().acks;
+        if self
+            .producers
+            .iter()
+            .any(|pr| pr.in_flight.is_some_and(|(_, v)| !acks.contains_key(&v)))
+        {
+            return false;
+        }
+        let leaders = self.etcd.lock().leaders.clone();
+        leaders.iter().all(|(&p, &(leader, epoch))| {
+            self.nodes.iter().any(|n| {
+                Some(n.id) == leader
+                    && n.run.as_ref().is_some_and(|r| {
+                        let part = Self::partition(r, p);
+                        r.serving.lock().get(&p) == Some(&epoch)
+                            && part.high_watermark() == part.end_offset()
+                    })
+            })
+        })
+    }
+
+    /// Every partition, read from offset 0 on its leader.
+    async fn final_read(&self) -> Result<BTreeMap<(i32, i64), u64>, String> {
+        let mut log = BTreeMap::new();
+        let leaders = self.etcd.lock().leaders.clone();
+        for (&p, &(leader, _)) in &leaders {
+            let run = self
+                .nodes
+                .iter()
+                .find(|n| Some(n.id) == leader)
+                .and_then(|n| n.run.as_ref())
+                .ok_or("no leader after settling")?;
+            let partition = Self::partition(run, p);
+            if partition.log_start_offset() != 0 {
+                return Err(format!(
+                    "partition {p} starts at {}",
+                    partition.log_start_offset()
+                ));
+            }
+            let (mut offset, hw) = (0, partition.high_watermark());
+            while offset < hw {
+                // A client retries a failed fetch; a request sent before
+                // healing may still time out.
+                let mut attempts = 0;
+                let slice = loop {
+                    match partition.fetch(offset, 1 << 20, true).await {
+                        Ok(slice) => break slice,
+                        Err(e) if attempts == 10 => {
+                            return Err(format!("final read of {p} at {offset}: {e}"))
+                        }
+                        Err(_) => attempts += 1,
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                };
+                let read = decode(&slice.records);
+                let Some(&(last, _)) = read.last() else {
+                    return Err(format!(
+                        "final read of {p} at {offset} returned nothing below {hw}"
+                    ));
+                };
+                for (off, value) in read.into_iter().filter(|(o, _)| *o >= offset) {
+                    log.insert((p, off), value);
+                }
+                offset = last + 1;
+            }
+        }
+        Ok(log)
+    }
+
+    async fn run(mut self) -> Outcome {
+        for i in 0..self.nodes.len() {
+            while matches!(self.nodes[i].health, Health::Down(_)) {
+                self.boot(i).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        for _ in 0..STEPS {
+            self.step().await;
+        }
+        let mut anomalies = Vec::new();
+        if let Err(e) = self.heal().await {
+            anomalies.push(e);
+        }
+        match self.final_read().await {
+            Ok(log) => anomalies.extend(check(&self.history.lock(), &log)),
+            Err(e) => anomalies.push(e),
+        }
+        let h = self.history.lock();
+        Outcome {
+            anomalies,
+            acks: h.acks.len(),
+            trace: h.trace.clone(),
+        }
+    }
+}
+
+/// Jepsen's Kafka checks over one world's history and final log.
+fn check(h: &History, log: &BTreeMap<(i32, i64), u64>) -> Vec<String> {
+    let mut anomalies = Vec::new();
+    let mut seen: BTreeMap<u64, (i32, i64)> = BTreeMap::new();
+    for (&at, &value) in log {
+        if let Some(first) = seen.insert(value, at) {
+            anomalies.push(format!("duplicate: v{value} at {first:?} and {at:?}"));
+        }
+    }
+    for (value, at) in &h.acks {
+        let at: BTreeSet<_> = at.iter().collect();
+        if at.len() > 1 {
+            anomalies.push(format!(
+                "inconsistent offsets: v{value} acknowledged at {at:?}"
+            ));
+        }
+        for &&(p, off) in &at {
+            match log.get(&(p, off)) {
+                Some(v) if v == value => {}
+                Some(v) => anomalies.push(format!(
+                    "acknowledged v{value} at {p}/{off}, which holds v{v}"
+                )),
+                None => anomalies.push(format!("lost: v{value}, acknowledged at {p}/{off}")),
+            }
+        }
+    }
+    for (&(p, off), values) in &h.reads {
+        if values.len() > 1 {
+            anomalies.push(format!("{p}/{off} read with values {values:?}"));
+        }
+        for value in values {
+            if log.get(&(p, off)) != Some(value) {
+                anomalies.push(format!(
+                    "read, then rewritten: v{value} at {p}/{off}, which finally holds {:?}",
+                    log.get(&(p, off))
+                ));
+            }
+        }
+    }
+    anomalies
+}
+
+struct Outcome {
+    anomalies: Vec<String>,
+    acks: usize,
+    trace: Vec<String>,
+}
+
+fn simulate(seed: u64) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    // Built inside the runtime, so every instant is on its paused clock.
+    runtime.block_on(async { World::new(seed).run().await })
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: not a number")))
+}
+
+#[test]
+fn simulated_clusters_lose_nothing_and_serve_nothing_they_later_rewrite() {
+    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let first = env_u64("SIM_FIRST_SEED").unwrap_or(1);
+            (first..first + env_u64("SIM_SEEDS").unwrap_or(2000)).collect()
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed: Mutex<Vec<(u64, Outcome)>> = Mutex::new(Vec::new());
+    let acks = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&seed) = seeds.get(i) else { return };
+                let outcome = simulate(seed);
+                if std::env::var_os("SIM_TRACE").is_some() {
+                    println!("seed {seed}:\n{}", outcome.trace.join("\n"));
+                }
+                acks.fetch_add(outcome.acks, std::sync::atomic::Ordering::Relaxed);
+                if !outcome.anomalies.is_empty() {
+                    failed.lock().push((seed, outcome));
+                }
+            });
+        }
+    });
+    let mut failed = failed.into_inner();
+    failed.sort_by_key(|(seed, _)| *seed);
+    println!(
+        "{} seeds, {} acknowledged writes, {} failing",
+        seeds.len(),
+        acks.into_inner(),
+        failed.len()
+    );
+    if let Some((seed, outcome)) = failed.first() {
+        let failing: Vec<u64> = failed.iter().map(|(s, _)| *s).collect();
+        panic!(
+            "seeds {failing:?} failed. Seed {seed}:\n  {}\n\ntrace:\n{}\n\nreplay: SIM_SEED={seed} cargo test --release --test simulation",
+            outcome.anomalies.join("\n  "),
+            outcome.trace.join("\n")
+        );
+    }
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let seed = env_u64("SIM_SEED").unwrap_or(7);
+    let (a, b) = (simulate(seed), simulate(seed));
+    let first_difference = a.trace.iter().zip(&b.trace).position(|(x, y)| x != y);
+    assert!(
+        first_difference.is_none() && a.trace.len() == b.trace.len(),
+        "seed {seed} ran differently the second time, from line {first_difference:?}:\n{:?}\n{:?}",
+        first_difference.map(|i| &a.trace[i]),
+        first_difference.map(|i| &b.trace[i]),
+    );
+}
