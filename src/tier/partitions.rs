@@ -157,8 +157,16 @@ impl TieredPartitions {
         self.attached.lock().get(&(topic_id, partition)).cloned()
     }
 
+    /// Every attached partition, in (topic id, index) order.
     pub(super) fn remotes(&self) -> Vec<Arc<TieredPartition>> {
-        self.attached.lock().values().cloned().collect()
+        let mut all: Vec<_> = self
+            .attached
+            .lock()
+            .iter()
+            .map(|(key, remote)| (*key, remote.clone()))
+            .collect();
+        all.sort_unstable_by_key(|(key, _)| *key);
+        all.into_iter().map(|(_, remote)| remote).collect()
     }
 
     pub(super) fn manifest_of(&self, topic: &str, partition: i32) -> Option<Arc<Manifest>> {

@@ -16,9 +16,15 @@
 //!    idempotent producer gets no duplicates), and wait until they are in
 //!    this broker's own write-ahead log.
 //! 4. Record this broker and epoch in the next manifest version, but only if
-//!    the manifest's end did not move meanwhile (a paused old leader may have
-//!    just uploaded a segment: then start over). From that version on, every
-//!    manifest write of the old leader is refused.
+//!    neither the manifest's end nor its leader moved meanwhile (a paused old
+//!    leader may have just uploaded a segment, or finished a takeover of its
+//!    own and be serving from a log nobody fenced: then start over). From that
+//!    version on, every manifest write of the old leader is refused.
+//!
+//! Objects of the previous leader may have been in flight when it was fenced
+//! (`wal::fence` plugs their slots), so its log can have a gap. It
+//! acknowledged nothing at or past an object that never landed, so a
+//! partition's head ends at its first gap.
 //!
 //! A broker that dies leaves many partitions at once, so takeovers go in
 //! rounds: every partition's manifest is read concurrently, each previous
@@ -27,7 +33,7 @@
 //! after a failure then grows with the size of the dead broker's log, not
 //! with that size times its partition count.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -95,7 +101,8 @@ impl Tier {
                 .buffer_unordered(CONCURRENCY)
                 .collect()
                 .await;
-            let mut by_previous: HashMap<Option<i32>, Vec<Prepared>> = HashMap::new();
+            // Ordered, so that the rounds go the same way every time (simulation).
+            let mut by_previous: BTreeMap<Option<i32>, Vec<Prepared>> = BTreeMap::new();
             for (claim, p) in prepared {
                 match p {
                     Ok(p) => by_previous.entry(p.previous).or_default().push(p),
@@ -267,7 +274,16 @@ impl Tier {
                         "the old leader uploaded meanwhile".into(),
                     ));
                 }
-                next.leader = Some(LeaderMark { node_id, epoch });
+                let mine = Some(LeaderMark { node_id, epoch });
+                if next.leader != m.leader && next.leader != mine {
+                    // A leader of an older epoch finished its own takeover
+                    // after this one read the manifest: it may be serving,
+                    // and only reading the manifest again fences it.
+                    return Err(ManifestError::Superseded(
+                        "another leader recorded itself meanwhile".into(),
+                    ));
+                }
+                next.leader = mine;
                 Ok(())
             })
             .await;
@@ -299,6 +315,19 @@ fn append_run(p: &Prepared, entry: &WalEntry, run: Bytes) -> Result<(), TierErro
     let mut rest = &run[..];
     while let Some(h) = BatchHeader::parse(rest)? {
         if h.size > rest.len() {
+            break;
+        }
+        if h.base_offset > p.claim.partition.end_offset() {
+            // An object below this one never landed (a takeover fenced its
+            // slot while it was in flight), so the old leader acknowledged
+            // nothing from there on: the head ends at the gap.
+            tracing::debug!(
+                topic = p.claim.topic.name(),
+                partition = p.claim.index,
+                gap_at = p.claim.partition.end_offset(),
+                next = h.base_offset,
+                "the previous leader's log has a gap; its head ends there"
+            );
             break;
         }
         p.claim.partition.append_recovered(&rest[..h.size], &cfg)?;
