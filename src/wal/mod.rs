@@ -11,17 +11,35 @@
 //! whatever the number of partitions. Sealed segments still go to the store
 //! as before; the WAL only covers the head until they do.
 //!
-//! Objects are `wal/<node>/<seq:020>.wal`, written create-only and in
-//! sequence, one at a time, and acknowledged in that order: object `n` is
-//! acknowledged only once `1..n` are all in the store. That order is what
-//! makes fencing work. Whoever takes over the partitions of a broker that
-//! may still be alive (a lease that expired under a paused process) writes a
-//! fence object at the next free sequence number (`fence`). The old broker's
-//! next PUT then finds its key taken and it stops acknowledging anything,
-//! for good; everything it did acknowledge sits below the fence, where the
-//! new leaders read it back (`objects_below`). A PUT whose answer was lost
-//! and that landed after all is told apart from a fence by the writer nonce
-//! in the object.
+//! Objects are `wal/<node>/<seq:020>.wal`, written create-only. A store PUT
+//! takes tens of milliseconds, so one object at a time would cap a broker at
+//! one flush per round trip and make every record wait for the PUT before
+//! its own. Instead up to `WINDOW` objects are in flight at once, and they
+//! are acknowledged in sequence order: object `n` only once `1..n` are all
+//! in the store. A flush that finds the window full waits, and what is
+//! pending grows meanwhile, so heavy load makes bigger objects, not a queue.
+//!
+//! That order is what makes fencing work. Whoever takes over the partitions
+//! of a broker that may still be alive (a lease that expired under a paused
+//! process) fences its log (`fence`):
+//!
+//! 1. It writes a fence object at the next free sequence number `f`. The old
+//!    broker's PUT of `f` or above finds its key taken, and it stops
+//!    acknowledging anything, for good.
+//! 2. Objects below `f` may still be in flight. The old broker took sequence
+//!    number `f - 1` (or it is a fence) only while fewer than `WINDOW` objects
+//!    were unacknowledged, so nothing below `f - WINDOW` can still land. The
+//!    taker writes a fence into every free slot of `f - WINDOW .. f`: a PUT
+//!    still in flight for one of them fails as above.
+//! 3. Now nothing can land below `f` any more, and the taker reads what is
+//!    there (`objects_below`). Everything the old broker acknowledged is
+//!    among it. A slot it plugged held an object that never landed, so the
+//!    old broker acknowledged nothing from that object on; the objects above
+//!    the plug that did land were never acknowledged either, and a
+//!    partition's head ends at its first gap (`tier::takeover`).
+//!
+//! A PUT whose answer was lost and that landed after all is told apart from
+//! a fence by the writer nonce in the object.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,7 +53,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader, WalObject};
@@ -79,6 +98,12 @@ async fn list_seqs(store: &Arc<dyn ObjectStore>, node_id: i32) -> Result<Vec<u64
     Ok(seqs)
 }
 
+/// How many objects a writer may have written but not yet acknowledged:
+/// sequence number `n` is taken only once everything below `n - WINDOW + 1`
+/// is acknowledged. Takers rely on it (`fence`), so it is the same for every
+/// broker, not a setting.
+pub const WINDOW: u64 = 8;
+
 #[derive(Default)]
 struct Pending {
     builder: WalBuilder,
@@ -94,14 +119,23 @@ pub struct Wal {
     flush_every: Duration,
     max_bytes: usize,
     pending: Mutex<Pending>,
-    /// Bytes taken for flushes not yet written.
+    /// Bytes taken for objects not yet written.
     in_flight: AtomicU64,
     kick: Notify,
-    /// One flush at a time: objects are written in sequence.
-    flushing: tokio::sync::Mutex<()>,
+    /// One permit per object written but not yet acknowledged.
+    window: Arc<Semaphore>,
+    /// Objects written out of order, waiting for the ones below them.
+    landed: Mutex<BTreeMap<u64, Landed>>,
+    /// Every object below this sequence number is written and acknowledged.
+    acked: watch::Sender<u64>,
     fenced: watch::Sender<bool>,
     next_seq: AtomicU64,
     pub puts: AtomicU64,
+}
+
+struct Landed {
+    marks: Vec<(DurableMark, i64)>,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Wal {
@@ -126,7 +160,9 @@ impl Wal {
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicU64::new(0),
             kick: Notify::new(),
-            flushing: tokio::sync::Mutex::new(()),
+            window: Arc::new(Semaphore::new(WINDOW as usize)),
+            landed: Mutex::new(BTreeMap::new()),
+            acked: watch::Sender::new(next),
             fenced: watch::Sender::new(false),
             next_seq: AtomicU64::new(next),
             puts: AtomicU64::new(0),
@@ -157,52 +193,83 @@ impl Wal {
     /// Looks for a fence without waiting for the next write to run into it
     /// (after this broker lost its lease, takeovers may have fenced it).
     pub async fn probe(&self) -> Result<bool, WalError> {
-        // An object of ours may be landing right now, above `next`.
-        let Ok(_idle) = self.flushing.try_lock() else {
-            return Ok(self.is_fenced());
-        };
-        let next = self.next_seq.load(Ordering::Relaxed);
-        let taken = list_seqs(&self.store, self.node_id)
-            .await?
-            .last()
-            .is_some_and(|&last| last >= next);
-        if taken {
+        let listed = list_seqs(&self.store, self.node_id).await?;
+        // Read after listing: every object of ours in the listing lies below it.
+        let next = self.next_seq.load(Ordering::SeqCst);
+        if listed.last().is_some_and(|&last| last >= next) {
             self.fenced.send_replace(true);
         }
         Ok(self.is_fenced())
     }
 
     /// Writes what is pending every flush interval (or sooner when enough
-    /// is), one object at a time, until `stop` turns true.
+    /// is), up to `WINDOW` objects at a time, until `stop` turns true; then
+    /// waits for the objects in flight.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(self.flush_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut writes = JoinSet::new();
         loop {
+            // Biased, so one seed of the simulation always takes one path.
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                Some(_) = writes.join_next(), if !writes.is_empty() => continue,
                 _ = tick.tick() => {}
                 _ = self.kick.notified() => {}
             }
             if self.is_fenced() {
-                return;
+                break;
             }
-            self.flush().await;
+            if self.pending.lock().builder.is_empty() {
+                continue;
+            }
+            // With the window full the pending object grows meanwhile:
+            // heavy load makes bigger objects, not a queue of small ones.
+            let slot = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break,
+                slot = self.window.clone().acquire_owned() => slot.expect("never closed"),
+            };
+            let wal = self.clone();
+            writes.spawn(async move { wal.write(slot).await });
+        }
+        while writes.join_next().await.is_some() {}
+    }
+
+    /// Writes the pending batches as the next object and waits until every
+    /// object taken so far is acknowledged, or the log is fenced.
+    pub async fn flush(&self) {
+        let slot = self
+            .window
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        self.write(slot).await;
+        let upto = self.next_seq.load(Ordering::SeqCst);
+        let (mut acked, mut fenced) = (self.acked.subscribe(), self.fenced.subscribe());
+        tokio::select! {
+            biased;
+            _ = acked.wait_for(|&a| a >= upto) => {}
+            _ = fenced.wait_for(|&f| f) => {}
         }
     }
 
-    /// Writes the pending batches as the next object, retrying until it is
-    /// in the store or the log is fenced.
-    pub async fn flush(&self) {
-        let _one_at_a_time = self.flushing.lock().await;
+    /// Takes the pending batches as the next object and writes it, retrying
+    /// until it is in the store or the log is fenced.
+    async fn write(&self, slot: OwnedSemaphorePermit) {
         if self.is_fenced() {
             return;
         }
-        let seq = self.next_seq.load(Ordering::Relaxed);
-        let (bytes, marks, len) = {
+        let (seq, bytes, marks, len) = {
             let mut p = self.pending.lock();
             if p.builder.is_empty() {
                 return;
             }
+            // Taken under the same lock as the batches: a partition's
+            // batches lie in sequence order across objects.
+            let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
             let len = p.builder.len() as u64;
             self.in_flight.fetch_add(len, Ordering::Relaxed);
             let header = WalHeader {
@@ -210,10 +277,18 @@ impl Wal {
                 nonce: self.nonce,
                 seq,
             };
-            (p.builder.finish(header), std::mem::take(&mut p.marks), len)
+            (
+                seq,
+                p.builder.finish(header),
+                std::mem::take(&mut p.marks),
+                len,
+            )
         };
         let mut delay = BACKOFF_MIN;
         let outcome = loop {
+            if self.is_fenced() {
+                break false;
+            }
             match self.put(seq, bytes.clone()).await {
                 Ok(landed) => break landed,
                 Err(e) => {
@@ -225,8 +300,31 @@ impl Wal {
         };
         self.in_flight.fetch_sub(len, Ordering::Relaxed);
         if outcome {
-            self.next_seq.store(seq + 1, Ordering::Relaxed);
             self.puts.fetch_add(1, Ordering::Relaxed);
+            self.land(seq, Landed { marks, _slot: slot });
+            return;
+        }
+        if !self.fenced.send_replace(true) {
+            tracing::error!(
+                node = self.node_id,
+                seq,
+                "this broker's WAL was fenced by a takeover: acknowledging nothing more"
+            );
+        }
+        // Nothing more is written: what waits for a mark learns of the fence.
+        *self.pending.lock() = Pending::default();
+    }
+
+    /// Records that object `seq` is in the store, and acknowledges, in
+    /// sequence order, every object whose predecessors all are.
+    fn land(&self, seq: u64, landed: Landed) {
+        let mut waiting = self.landed.lock();
+        waiting.insert(seq, landed);
+        let mut next = *self.acked.borrow();
+        while !self.is_fenced() {
+            let Some(Landed { marks, .. }) = waiting.remove(&next) else {
+                break;
+            };
             for (durable, end) in marks {
                 durable.send_if_modified(|at| {
                     let advanced = end > *at;
@@ -234,16 +332,10 @@ impl Wal {
                     advanced
                 });
             }
-            return;
+            next += 1;
         }
-        tracing::error!(
-            node = self.node_id,
-            seq,
-            "this broker's WAL was fenced by a takeover: acknowledging nothing more"
-        );
-        self.fenced.send_replace(true);
-        // Nothing more is written: what waits for a mark learns of the fence.
-        *self.pending.lock() = Pending::default();
+        self.acked
+            .send_if_modified(|a| std::mem::replace(a, next) != next);
     }
 
     /// PUTs object `seq`: `Ok(true)` once it is ours in the store,
@@ -356,31 +448,50 @@ impl HeadSink for WalPartition {
 }
 
 /// Fences the WAL of broker `node_id`: writes a fence object at its next
-/// free sequence number, so that broker can acknowledge nothing more.
-/// Returns the fence's sequence number: every object the broker wrote and
-/// may have acknowledged lies below it.
+/// free sequence number, and into every free slot of the window below it,
+/// so that broker can acknowledge nothing more. Returns the fence's sequence
+/// number: every object the broker wrote and may have acknowledged lies
+/// below it, and no object of the broker can land there any more.
 pub async fn fence(store: &Arc<dyn ObjectStore>, node_id: i32, by: i32) -> Result<u64, WalError> {
     let mut seq = list_seqs(store, node_id).await?.last().map_or(1, |s| s + 1);
+    while !put_fence(store, node_id, seq, by).await? {
+        // The broker wrote that one first: it stays below the fence.
+        seq += 1;
+    }
+    let present = list_seqs(store, node_id).await?;
+    for hole in seq.saturating_sub(WINDOW).max(1)..seq {
+        if present.binary_search(&hole).is_err() {
+            // Landed meanwhile if taken: then it is read with the rest.
+            put_fence(store, node_id, hole, by).await?;
+        }
+    }
+    Ok(seq)
+}
+
+/// Writes a fence at `seq` unless something is there; true if it was written.
+async fn put_fence(
+    store: &Arc<dyn ObjectStore>,
+    node_id: i32,
+    seq: u64,
+    by: i32,
+) -> Result<bool, WalError> {
+    let fence = encode_fence(WalHeader {
+        node_id: by,
+        nonce: rand_nonce(),
+        seq,
+    });
     let opts = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
     };
-    loop {
-        let fence = encode_fence(WalHeader {
-            node_id: by,
-            nonce: rand_nonce(),
-            seq,
-        });
-        match store
-            .put_opts(&object_key(node_id, seq), fence.into(), opts.clone())
-            .await
-        {
-            Ok(_) => return Ok(seq),
-            // The broker wrote that one first: it stays below the fence.
-            Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::Precondition { .. }) => seq += 1,
-            Err(e) => return Err(e.into()),
-        }
+    match store
+        .put_opts(&object_key(node_id, seq), fence.into(), opts)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::AlreadyExists { .. })
+        | Err(object_store::Error::Precondition { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -599,6 +710,65 @@ mod tests {
         again.flush().await;
         wait_durable(&p, 2).await.unwrap();
         assert_eq!(list_seqs(&store, 7).await.unwrap(), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn objects_are_acknowledged_in_sequence_order_whatever_order_they_land_in() {
+        let wal = Wal::open(store(), 1, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let (first, second): (DurableMark, DurableMark) = (
+            Arc::new(watch::Sender::new(0)),
+            Arc::new(watch::Sender::new(0)),
+        );
+        let slot = || wal.window.clone().try_acquire_owned().unwrap();
+        let (slot1, slot2) = (slot(), slot());
+        wal.land(
+            2,
+            Landed {
+                marks: vec![(second.clone(), 10)],
+                _slot: slot2,
+            },
+        );
+        assert_eq!(*second.borrow(), 0, "object 1 is not in the store yet");
+        assert_eq!(*wal.acked.borrow(), 1);
+        wal.land(
+            1,
+            Landed {
+                marks: vec![(first.clone(), 5)],
+                _slot: slot1,
+            },
+        );
+        assert_eq!((*first.borrow(), *second.borrow()), (5, 10));
+        assert_eq!(*wal.acked.borrow(), 3);
+        assert_eq!(wal.window.available_permits(), WINDOW as usize);
+    }
+
+    #[tokio::test]
+    async fn a_taker_plugs_the_slots_of_objects_still_in_flight() {
+        let store = store();
+        let wal = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
+            .await
+            .unwrap();
+        let object = |seq| {
+            let mut b = WalBuilder::default();
+            b.push(Uuid::from_u128(1), 0, 0, seq as i64, seq as i64, b"H", b"x");
+            b.finish(WalHeader {
+                node_id: 7,
+                nonce: wal.nonce,
+                seq,
+            })
+        };
+        // Objects 1 and 12 landed; 2..=11 were in flight (only 5..=11 can
+        // be, with 12 taken while fewer than WINDOW were unacknowledged).
+        assert!(wal.put(1, object(1)).await.unwrap());
+        assert!(wal.put(12, object(12)).await.unwrap());
+        assert_eq!(fence(&store, 7, 2).await.unwrap(), 13);
+        let mut expected = vec![1];
+        expected.extend(12 - WINDOW + 1..=13);
+        assert_eq!(list_seqs(&store, 7).await.unwrap(), expected);
+        assert!(!wal.put(9, object(9)).await.unwrap(), "a plug is not ours");
+        assert!(!wal.put(13, object(13)).await.unwrap(), "nor the fence");
     }
 
     #[tokio::test]
