@@ -95,14 +95,7 @@ impl OffsetsStore {
             .map(|(key, value)| (Some(key.encode()), value.clone(), now))
             .collect();
         let buf = encode_batch(records, None, Compression::None)?;
-        let end = self
-            .partition
-            .append(&buf, &self.append_config)?
-            .last_offset
-            + 1;
-        // Readers of the topic see it once durable, waited for or not.
-        self.partition.sync_soon();
-        Ok(end)
+        self.append_batch(&buf)
     }
 
     /// Appends offset records as one transactional batch of producer
@@ -141,11 +134,12 @@ impl OffsetsStore {
         };
         RecordBatchEncoder::encode(&mut buf, &records, &options)
             .map_err(|e| LogError::Corrupt(e.to_string()))?;
-        let end = self
-            .partition
-            .append(&buf, &self.append_config)?
-            .last_offset
-            + 1;
+        self.append_batch(&buf)
+    }
+
+    /// Appends one encoded batch; returns its end offset.
+    fn append_batch(&self, buf: &[u8]) -> Result<i64, LogError> {
+        let end = self.partition.append(buf, &self.append_config)?.last_offset + 1;
         // Readers of the topic see it once durable, waited for or not.
         self.partition.sync_soon();
         Ok(end)
