@@ -4,7 +4,8 @@
 //! Layers, outermost first; a layer imports only from the ones below it:
 //!
 //! ```text
-//! server        listeners, framing, in-order responses; wires the jobs below
+//! server        the composition root: the command line, the start in phases,
+//!               listeners, framing, in-order responses, the background jobs
 //! api           one module per Kafka API family; Kafka error codes mapped here
 //! coordinator   tier   compaction   cluster
 //!               consumer groups | sealed segments in the store | merges and their jobs |
@@ -19,11 +20,12 @@
 //! Each layer talks to the next through narrow types: the API layer never
 //! touches files, the log never sees a socket or a protocol message.
 //! `principal` names who sent a request (authentication sets it, authorization
-//! reads it). `config` holds the command line, which only `server` and `main` read;
-//! `metrics` the latency histograms lower layers record into, which only
-//! `server` names and exports over HTTP;
-//! time and random ids come from `clock`, handed down from the server, so
-//! timeouts and retention can be tested without waiting for them.
+//! reads it). `auth` holds TLS, SASL and SCRAM credentials. The command line
+//! is `server::config`, which alone knows flag names: every layer below takes
+//! its own small settings type, built there. `metrics` holds the latency
+//! histograms lower layers record into, which only `server` exports over
+//! HTTP. Time and random ids come from `clock`, handed down from the server,
+//! so timeouts and retention can be tested without waiting for them.
 
 pub mod access;
 pub(crate) mod api;
@@ -32,7 +34,6 @@ pub mod catalog;
 pub mod clock;
 pub mod cluster;
 pub mod compaction;
-pub mod config;
 pub(crate) mod coordinator;
 pub mod format;
 pub mod log;

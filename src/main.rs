@@ -6,8 +6,8 @@ use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use strata::compaction::{levels, worker};
-use strata::config::{BrokerConfig, StoreArgs};
-use strata::manifest::store::open_from_args;
+use strata::manifest::store::open_configured;
+use strata::server::config::{BrokerConfig, StoreArgs};
 use worker::WorkerOptions;
 
 /// Strata: a Kafka-wire-compatible broker whose log settles into object storage in levels.
@@ -104,7 +104,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Compact(args) => {
             init_logging(&args.log_level);
-            let store = open_from_args(&args.store, &args.data_dir)?;
+            let store = open_configured(&args.store.settings(), &args.data_dir)?;
             let scratch = args.scratch_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("strata-compact-{}", std::process::id()))
             });
@@ -136,7 +136,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Levels(args) => {
-            let store = open_from_args(&args.store, &args.data_dir)?;
+            let store = open_configured(&args.store.settings(), &args.data_dir)?;
             let report = runtime.block_on(levels::report(&store, &args.topic))?;
             print!("{report}");
             Ok(())

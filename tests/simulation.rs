@@ -50,7 +50,7 @@ use strata::catalog::{Catalog, CatalogSettings, TopicConfig};
 use strata::clock::{Clock, SharedClock};
 use strata::format::batch::{encode_batch, whole_batches_len};
 use strata::log::Visibility;
-use strata::tier::{Claim, Tier, WalCollector};
+use strata::tier::{Claim, Tier, TierSettings, WalCollector};
 use strata::wal::{self, Wal};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -492,6 +492,8 @@ impl World {
         let store: Arc<dyn ObjectStore> = self.store.clone();
         let node = &self.nodes[i];
         let (id, dir) = (node.id, node.dir.clone());
+        let serving: Shared<BTreeMap<i32, i32>> = Default::default();
+        let scope = serving.clone();
         let opened = async {
             let catalog = Arc::new(Catalog::open(
                 &dir,
@@ -503,9 +505,14 @@ impl World {
                 overrides: [("segment.bytes".to_string(), "1024".to_string())].into(),
             };
             catalog.adopt_topic(TOPIC, TOPIC_ID, PARTITIONS, config)?;
-            let args = common::config(&dir, &["--node-id", &id.to_string()]);
+            let settings = TierSettings {
+                scope: Some(Arc::new(move |t, p| {
+                    t == TOPIC_ID && scope.lock().contains_key(&p)
+                })),
+                ..TierSettings::new(id)
+            };
             let tier =
-                Tier::open(store.clone(), catalog.clone(), &args, self.clock.clone()).await?;
+                Tier::open(store.clone(), catalog.clone(), settings, self.clock.clone()).await?;
             wal::fence(&store, id, id).await?;
             let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
             anyhow::Ok((catalog, tier, wal))
@@ -521,11 +528,6 @@ impl World {
         for (index, partition) in topic.partitions().into_iter().enumerate() {
             partition.attach_head_sink(Arc::new(wal.partition(TOPIC_ID, index as i32)));
         }
-        let serving: Shared<BTreeMap<i32, i32>> = Default::default();
-        let scope = serving.clone();
-        tier.set_scope(Arc::new(move |t, p| {
-            t == TOPIC_ID && scope.lock().contains_key(&p)
-        }));
         let mut tasks = JoinSet::new();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tasks.spawn(wal.clone().run(stopped));

@@ -147,12 +147,20 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
         .collect()
 }
 
+/// One broker setting under its Kafka name, as the broker's flags set it.
+#[derive(Debug, Clone)]
+pub struct StaticConfig {
+    pub name: &'static str,
+    pub value: String,
+    pub kind: ConfigType,
+}
+
 /// The broker's settings under Kafka's names: those its flags set
-/// (STATIC_BROKER_CONFIG), Kafka's fixed values for what cannot be changed
-/// here (DEFAULT_CONFIG), then the broker-wide defaults of the topic configs.
-/// Everything is read-only: the broker is configured by flags.
+/// (STATIC_BROKER_CONFIG, from the server's table of flags), Kafka's fixed
+/// values for what cannot be changed here (DEFAULT_CONFIG), then the
+/// broker-wide defaults of the topic configs. Everything is read-only: the
+/// broker is configured by flags.
 fn broker_entries(broker: &Broker) -> Vec<Entry> {
-    let cfg = &broker.config;
     let entry = |name: &'static str, value: String, kind: ConfigType, source: i8| Entry {
         name: name.to_string(),
         value: value.clone(),
@@ -162,32 +170,22 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         read_only: true,
         synonyms: vec![(name, value, source)],
     };
-    let flag = |name, value: String, kind| entry(name, value, kind, CONFIG_SOURCE_STATIC_BROKER);
     let fixed =
         |name, value: &str, kind| entry(name, value.to_string(), kind, CONFIG_SOURCE_DEFAULT);
-    let data_dir = cfg.data_dir.display().to_string();
     let roles = if broker.cluster.is_some() {
         "broker"
     } else {
         "broker,controller"
     };
-    let specs = cfg.listeners().unwrap_or_default();
-    let listeners = specs
+    let mut entries: Vec<Entry> = broker
+        .settings
+        .static_configs
         .iter()
-        .map(|l| format!("{}://{}", l.name, l.bind))
-        .collect::<Vec<_>>()
-        .join(",");
-    let protocol_map = specs
-        .iter()
-        .map(|l| format!("{}:{}", l.name, l.protocol.name()))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut entries = vec![
-        flag("node.id", broker.node_id.to_string(), ConfigType::Int),
-        flag("broker.id", broker.node_id.to_string(), ConfigType::Int),
+        .map(|c| entry(c.name, c.value.clone(), c.kind, CONFIG_SOURCE_STATIC_BROKER))
+        .collect();
+    entries.extend([
         fixed("process.roles", roles, ConfigType::List),
-        flag("listeners", listeners.clone(), ConfigType::List),
-        flag(
+        entry(
             "advertised.listeners",
             broker
                 .endpoints
@@ -196,43 +194,7 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
                 .collect::<Vec<_>>()
                 .join(","),
             ConfigType::List,
-        ),
-        flag(
-            "listener.security.protocol.map",
-            protocol_map,
-            ConfigType::List,
-        ),
-        flag(
-            "sasl.enabled.mechanisms",
-            cfg.sasl_enabled_mechanisms.join(","),
-            ConfigType::List,
-        ),
-        flag(
-            "connections.max.reauth.ms",
-            cfg.connections_max_reauth_ms.to_string(),
-            ConfigType::Long,
-        ),
-        flag(
-            "connection.failed.authentication.delay.ms",
-            cfg.connection_failed_authentication_delay_ms.to_string(),
-            ConfigType::Int,
-        ),
-        fixed(
-            "inter.broker.listener.name",
-            "PLAINTEXT",
-            ConfigType::String,
-        ),
-        flag("log.dirs", data_dir.clone(), ConfigType::List),
-        flag("log.dir", data_dir, ConfigType::String),
-        flag(
-            "num.partitions",
-            broker.num_partitions.to_string(),
-            ConfigType::Int,
-        ),
-        flag(
-            "auto.create.topics.enable",
-            broker.auto_create_topics.to_string(),
-            ConfigType::Boolean,
+            CONFIG_SOURCE_STATIC_BROKER,
         ),
         // Data is kept once, in the object store; there are no follower replicas.
         fixed("default.replication.factor", "1", ConfigType::Int),
@@ -244,64 +206,10 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
             ConfigType::Int,
         ),
         fixed("log.retention.hours", "168", ConfigType::Int),
-        flag(
-            "log.retention.check.interval.ms",
-            cfg.tier_interval_ms.to_string(),
-            ConfigType::Long,
-        ),
-        flag(
-            "log.flush.interval.ms",
-            match cfg.fsync {
-                crate::config::FsyncPolicy::Always => "0".to_string(),
-                crate::config::FsyncPolicy::Interval => cfg.fsync_interval_ms.to_string(),
-                crate::config::FsyncPolicy::None => i64::MAX.to_string(),
-            },
-            ConfigType::Long,
-        ),
-        flag(
-            "socket.request.max.bytes",
-            cfg.max_request_bytes.to_string(),
-            ConfigType::Int,
-        ),
-        flag(
-            "group.initial.rebalance.delay.ms",
-            cfg.group_initial_rebalance_delay_ms.to_string(),
-            ConfigType::Int,
-        ),
-        flag(
-            "group.min.session.timeout.ms",
-            cfg.group_min_session_timeout_ms.to_string(),
-            ConfigType::Int,
-        ),
-        flag(
-            "group.max.session.timeout.ms",
-            cfg.group_max_session_timeout_ms.to_string(),
-            ConfigType::Int,
-        ),
         fixed(
             "group.coordinator.rebalance.protocols",
             "classic,consumer",
             ConfigType::List,
-        ),
-        flag(
-            "group.consumer.migration.policy",
-            cfg.group_consumer_migration_policy.name().to_string(),
-            ConfigType::String,
-        ),
-        flag(
-            "offsets.retention.minutes",
-            cfg.offsets_retention_minutes.to_string(),
-            ConfigType::Int,
-        ),
-        flag(
-            "offsets.retention.check.interval.ms",
-            cfg.offsets_retention_check_interval_ms.to_string(),
-            ConfigType::Long,
-        ),
-        flag(
-            "offsets.topic.segment.bytes",
-            cfg.offsets_topic_segment_bytes.to_string(),
-            ConfigType::Int,
         ),
         fixed("offset.metadata.max.bytes", "4096", ConfigType::Int),
         fixed(
@@ -314,7 +222,7 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
             &super::fetch_session::CACHE_SLOTS.to_string(),
             ConfigType::Int,
         ),
-    ];
+    ]);
     entries.extend(TOPIC_CONFIGS.iter().filter_map(|d| {
         let name = d.broker?;
         Some(Entry {

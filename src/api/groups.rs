@@ -81,7 +81,7 @@ fn opt(v: &Option<StrBytes>) -> Option<String> {
 /// leader of the offsets topic's partition (it has one), as in Kafka.
 fn group_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
     let leader = match &broker.cluster {
-        None => broker.node_id,
+        None => broker.settings.node_id,
         Some(cluster) => {
             let offsets = broker.catalog.topic(OFFSETS_TOPIC)?;
             cluster.leader_of(offsets.id(), 0)?.0

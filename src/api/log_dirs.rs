@@ -70,14 +70,9 @@ pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> Descri
             );
         }
     }
-    let data_dir = &broker.config.data_dir;
+    let data_dir = &broker.settings.data_dir;
     let (total, usable) = disk_space(data_dir).unwrap_or((-1, -1));
-    let store = broker
-        .config
-        .object_store
-        .store
-        .clone()
-        .unwrap_or_else(|| crate::manifest::store::default_url(data_dir));
+    let store = broker.settings.store_url.clone();
     let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.clone());
     DescribeLogDirsResponse::default().with_results(vec![
         DescribeLogDirsResult::default()

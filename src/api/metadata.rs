@@ -68,15 +68,15 @@ pub fn metadata(
                         if let Err(e) = validate_topic_name(&n) {
                             err(catalog_error_code(&e))
                         } else if allow_auto_create
-                            && broker.auto_create_topics
+                            && broker.settings.auto_create_topics
                             && broker.cluster.is_some()
                         {
                             // Created through etcd; the client retries until
                             // the topic has a leader.
                             create_in_cluster(broker, &n);
                             err(ResponseError::LeaderNotAvailable.code())
-                        } else if allow_auto_create && broker.auto_create_topics {
-                            match catalog.create_topic(&n, broker.num_partitions, 1, &[]) {
+                        } else if allow_auto_create && broker.settings.auto_create_topics {
+                            match catalog.create_topic(&n, broker.settings.num_partitions, 1, &[]) {
                                 Ok(t) => describe_topic(broker, &t, version),
                                 Err(e) => err(catalog_error_code(&e)),
                             }
@@ -115,7 +115,7 @@ pub(super) fn brokers(broker: &Broker, listener: Option<&str>) -> Vec<(i32, Stri
                 .find(|e| Some(e.name.as_str()) == listener)
                 .map(|e| (e.host.clone(), e.port as i32))
                 .unwrap_or_else(|| (broker.host.clone(), broker.port));
-            vec![(broker.node_id, own.0, own.1)]
+            vec![(broker.settings.node_id, own.0, own.1)]
         }
         Some(c) => c
             .brokers()
@@ -137,7 +137,7 @@ fn cluster_id(broker: &Broker) -> String {
 
 fn controller_id(broker: &Broker) -> i32 {
     match &broker.cluster {
-        None => broker.node_id,
+        None => broker.settings.node_id,
         Some(c) => c.controller().unwrap_or(-1),
     }
 }
@@ -148,7 +148,7 @@ fn create_in_cluster(broker: &Broker, name: &str) {
     let Some(cluster) = broker.cluster.clone() else {
         return;
     };
-    let (name, partitions) = (name.to_string(), broker.num_partitions);
+    let (name, partitions) = (name.to_string(), broker.settings.num_partitions);
     tokio::spawn(async move {
         let created = cluster
             .topics()
@@ -163,7 +163,7 @@ fn create_in_cluster(broker: &Broker, name: &str) {
 /// The partition's leader and leader epoch.
 pub(super) fn leader(broker: &Broker, topic: &Topic, partition: i32) -> Option<(i32, i32)> {
     match &broker.cluster {
-        None => Some((broker.node_id, 0)),
+        None => Some((broker.settings.node_id, 0)),
         Some(c) => c.leader_of(topic.id(), partition),
     }
 }

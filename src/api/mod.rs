@@ -47,12 +47,12 @@ use crate::access::Access;
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
 use crate::cluster::ClusterNode;
-use crate::config::{BrokerConfig, FsyncPolicy};
 use crate::coordinator::txn::{ProducerIdSource, TxnCoordinator};
 use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
 
 pub use broker_client::InterBroker;
+pub use configs::StaticConfig;
 use dispatch::Ctx;
 pub use dispatch::Encoder;
 
@@ -76,23 +76,50 @@ pub enum FrameError {
     Malformed(ApiKey, String),
 }
 
+/// The broker's settings the handlers answer by; the server builds them
+/// from its flags.
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    pub node_id: i32,
+    /// Partitions of a topic created without a count.
+    pub num_partitions: i32,
+    pub auto_create_topics: bool,
+    /// Whether an acks=all write waits for an fsync (single node); in
+    /// cluster mode it always waits for the write-ahead log.
+    pub fsync_acks: bool,
+    /// Benchmark baseline: acknowledge produce requests without storing them.
+    pub null_sink: bool,
+    pub data_dir: std::path::PathBuf,
+    /// The object store's URL, the second log directory DescribeLogDirs shows.
+    pub store_url: String,
+    /// The settings the flags set, under Kafka's names (broker DescribeConfigs).
+    pub static_configs: Vec<StaticConfig>,
+}
+
+/// What the handlers work with, built before the `Broker`.
+pub struct Services {
+    pub catalog: Arc<Catalog>,
+    pub coordinator: Arc<GroupCoordinator>,
+    pub txn: Arc<TxnCoordinator>,
+    pub clock: SharedClock,
+    /// Cluster mode: the brokers, the leaders, and what this one serves.
+    pub cluster: Option<Arc<ClusterNode>>,
+    pub access: Arc<Access>,
+    /// Request counts and latencies, kept only with `--metrics-listen`.
+    pub metrics: Option<Arc<metrics::RequestMetrics>>,
+}
+
 /// What the handlers need to know about this broker.
 pub struct Broker {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
-    pub node_id: i32,
+    pub settings: ApiSettings,
     pub host: String,
     pub port: i32,
-    pub num_partitions: i32,
-    pub auto_create_topics: bool,
-    pub fsync: FsyncPolicy,
-    pub null_sink: bool,
     pub clock: SharedClock,
     /// Cluster mode: the brokers, the leaders, and what this one serves.
     pub cluster: Option<Arc<ClusterNode>>,
-    /// The settings it runs with, which broker DescribeConfigs reports.
-    pub config: BrokerConfig,
     /// Every listener's advertised endpoint, the first one's is `host:port`.
     pub endpoints: Vec<crate::cluster::Endpoint>,
     /// SCRAM credentials (SASL PLAIN checks them too).
@@ -182,36 +209,33 @@ impl Broker {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        catalog: Arc<Catalog>,
-        coordinator: Arc<GroupCoordinator>,
-        txn: Arc<TxnCoordinator>,
-        config: &BrokerConfig,
-        clock: SharedClock,
-        cluster: Option<Arc<ClusterNode>>,
-        access: Arc<Access>,
-        listeners: Listeners,
-    ) -> Broker {
+    pub fn new(settings: ApiSettings, services: Services, listeners: Listeners) -> Broker {
         let (host, port) = listeners
             .endpoints
             .first()
             .map(|e| (e.host.clone(), e.port as i32))
             .unwrap_or_default();
+        let Services {
+            catalog,
+            coordinator,
+            txn,
+            clock,
+            cluster,
+            access,
+            metrics,
+        } = services;
         Broker {
             catalog,
             coordinator,
             txn,
-            node_id: config.node_id,
+            settings: ApiSettings {
+                num_partitions: settings.num_partitions.max(1),
+                ..settings
+            },
             host,
             port,
-            num_partitions: config.num_partitions.max(1),
-            auto_create_topics: config.auto_create_topics,
-            fsync: config.fsync,
-            null_sink: config.null_sink,
             clock,
             cluster,
-            config: config.clone(),
             endpoints: listeners.endpoints,
             credentials: listeners.credentials,
             inter_broker: listeners.inter_broker,
@@ -219,7 +243,7 @@ impl Broker {
                 fetch_session::CACHE_SLOTS,
                 crate::clock::os_random(),
             ),
-            metrics: None,
+            metrics,
             access,
         }
     }

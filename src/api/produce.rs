@@ -24,7 +24,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::log_error_code;
 use super::Broker;
 use crate::catalog::ProducePolicy;
-use crate::config::FsyncPolicy;
 use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
 use crate::format::records;
 use crate::log::{LogError, Partition};
@@ -121,7 +120,7 @@ pub fn produce(
                         .with_log_start_offset(out.log_start_offset);
                     let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
                         && partition.flush_due(policy.flush_messages, policy.flush_ms);
-                    if wait_for_disk || (flush && !broker.null_sink) {
+                    if wait_for_disk || (flush && !broker.settings.null_sink) {
                         durable_waits.push((ti, pi, partition, out.last_offset + 1));
                     } else {
                         // Consumers see it once durable, whatever the acks.
@@ -193,7 +192,7 @@ pub fn produce(
 /// Whether an acks=all write waits for durability: an fsync under
 /// `--fsync always`, the write-ahead log in the store in cluster mode.
 pub(super) fn acks_all_waits(broker: &Broker) -> bool {
-    (broker.fsync == FsyncPolicy::Always || broker.cluster.is_some()) && !broker.null_sink
+    (broker.settings.fsync_acks || broker.cluster.is_some()) && !broker.settings.null_sink
 }
 
 /// How long an acks=all write may wait for durability. Kafka answers
@@ -346,7 +345,7 @@ fn append_one(
     config: &crate::log::AppendConfig,
     batch: &[u8],
 ) -> Result<crate::log::AppendOutcome, LogError> {
-    if broker.null_sink {
+    if broker.settings.null_sink {
         let header = BatchHeader::parse(batch)?
             .ok_or_else(|| LogError::Corrupt("no complete record batch".into()))?;
         return Ok(crate::log::AppendOutcome {

@@ -28,7 +28,7 @@ pub fn describe_quorum(
 ) -> DescribeQuorumResponse {
     // (leader, epoch, high watermark), and the observers.
     let (leader, epoch, high_watermark) = match &broker.cluster {
-        None => (Some(broker.node_id), 0, -1),
+        None => (Some(broker.settings.node_id), 0, -1),
         Some(c) => {
             let state = c.view().state();
             let epoch = state.controller_token.clamp(0, i32::MAX as i64) as i32;

@@ -52,7 +52,7 @@ pub async fn create_topics(
             let partitions = if !t.assignments.is_empty() {
                 t.assignments.len() as i32
             } else if t.num_partitions == -1 {
-                broker.num_partitions
+                broker.settings.num_partitions
             } else {
                 t.num_partitions
             };

@@ -19,7 +19,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::AuthError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Whether an SSL listener asks clients for a certificate (ssl.client.auth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientAuth {
     Required,
     Requested,

@@ -45,21 +45,21 @@ struct Outstanding {
     checked: Instant,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct SchedulerSettings {
     pub delete_delay_ms: u64,
     pub max_run_ms: u64,
     /// A job not finished after this long is queued again.
     pub requeue_after: Duration,
+    /// Cluster mode: the partitions this broker leads; jobs are queued only
+    /// for those, into a job partition among them. `None`: every partition.
+    pub scope: Option<Scope>,
 }
 
 pub struct Scheduler {
     catalog: Arc<Catalog>,
     settings: SchedulerSettings,
     clock: SharedClock,
-    /// Cluster mode: the partitions this broker leads; jobs are queued only
-    /// for those, into a job partition among them.
-    scope: std::sync::OnceLock<Scope>,
     outstanding: Mutex<HashMap<(Uuid, i32), Outstanding>>,
     pub jobs_queued: AtomicU64,
 }
@@ -90,7 +90,6 @@ impl Scheduler {
             catalog,
             settings,
             clock,
-            scope: std::sync::OnceLock::new(),
             outstanding: Mutex::new(HashMap::new()),
             jobs_queued: AtomicU64::new(0),
         })
@@ -154,18 +153,13 @@ impl Scheduler {
             .collect()
     }
 
-    /// Limits scheduling to the partitions `scope` accepts (set once).
-    pub fn set_scope(&self, scope: Scope) {
-        let _ = self.scope.set(scope);
-    }
-
     /// Whether this broker schedules merges of the partition: when it runs
     /// alone, always; in a cluster, when it leads the job partition the
     /// partition's jobs go to. Every partition thus has one scheduler, even
     /// one whose leader leads no job partition (a cluster may have more
     /// brokers than the job topic has partitions).
     pub fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
-        let Some(serves) = self.scope.get() else {
+        let Some(serves) = &self.settings.scope else {
             return true;
         };
         self.catalog.topic(JOBS_TOPIC).is_some_and(|jobs| {
@@ -273,6 +267,7 @@ mod tests {
             delete_delay_ms: 0,
             max_run_ms: 1000,
             requeue_after: Duration::from_secs(300),
+            scope: None,
         };
         let s = Scheduler::open(catalog.clone(), settings, clock).unwrap();
         (catalog, s)

@@ -268,6 +268,7 @@ mod tests {
             config,
             clock,
             Arc::new(SeededRandom::new(7)),
+            None,
         )
         .await
         .unwrap()

@@ -200,8 +200,13 @@ pub struct GroupCoordinator {
     clock: SharedClock,
     /// Draws member ids.
     random: SharedRandom,
-    active: std::sync::OnceLock<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// Cluster mode: the coordinator answers only while this says this
+    /// broker serves the offsets topic.
+    active: Option<Active>,
 }
+
+/// Whether this broker serves the offsets topic now.
+pub type Active = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl GroupCoordinator {
     /// Rebuilds every group from the offsets topic (see `OffsetsStore::open`).
@@ -211,11 +216,12 @@ impl GroupCoordinator {
         config: CoordinatorConfig,
         clock: SharedClock,
         random: SharedRandom,
+        active: Option<Active>,
     ) -> Result<GroupCoordinator, LogError> {
         let (groups, txn) = load(&store, clock.now()).await?;
         tracing::info!(groups = groups.len(), "group coordinator loaded");
         Ok(GroupCoordinator {
-            active: std::sync::OnceLock::new(),
+            active,
             catalog,
             store,
             groups: Mutex::new(groups),
@@ -256,14 +262,8 @@ impl GroupCoordinator {
         }
     }
 
-    /// Cluster mode: the coordinator answers only while `active` says this
-    /// broker serves the offsets topic (set once).
-    pub fn set_active(&self, active: Arc<dyn Fn() -> bool + Send + Sync>) {
-        let _ = self.active.set(active);
-    }
-
     fn check_active(&self) -> Result<(), CoordinatorError> {
-        match self.active.get() {
+        match &self.active {
             Some(active) if !active() => Err(CoordinatorError::NotCoordinator),
             _ => Ok(()),
         }
@@ -1445,7 +1445,7 @@ mod tests {
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(1));
-        GroupCoordinator::open(catalog, store, config, clock, random)
+        GroupCoordinator::open(catalog, store, config, clock, random, None)
             .await
             .unwrap()
     }
@@ -1525,7 +1525,7 @@ mod tests {
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(2));
-        GroupCoordinator::open(catalog, store, config, clock, random)
+        GroupCoordinator::open(catalog, store, config, clock, random, None)
             .await
             .unwrap()
     }

@@ -1,4 +1,4 @@
-//! Opening the object store named by `--store`.
+//! Opening the object store the broker's settings name.
 //!
 //! `file:///path` (the default, `<data-dir>/objects`), `s3://bucket/prefix`
 //! (credentials and the rest from the usual `AWS_*` variables, overridden by
@@ -17,7 +17,6 @@ use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 
 use super::ManifestError;
-use crate::config::StoreArgs;
 
 /// The store URL used when none is given.
 pub fn default_url(data_dir: &FsPath) -> String {
@@ -35,25 +34,25 @@ pub struct S3Options {
     pub virtual_hosted: bool,
 }
 
-impl S3Options {
-    pub fn from_args(c: &StoreArgs) -> S3Options {
-        S3Options {
-            endpoint: c.s3_endpoint.clone(),
-            region: c.s3_region.clone(),
-            allow_http: c.s3_allow_http,
-            virtual_hosted: c.s3_virtual_hosted,
-        }
-    }
+/// Where sealed segments live: the store's URL (default: the `file://`
+/// store under the data directory) and the S3 settings.
+#[derive(Debug, Clone, Default)]
+pub struct StoreSettings {
+    pub url: Option<String>,
+    pub s3: S3Options,
 }
 
-/// Opens the store the flags name, by default the `file://` store under
+/// Opens the store `settings` name, by default the `file://` store under
 /// `data_dir`.
-pub fn open_from_args(
-    args: &StoreArgs,
+pub fn open_configured(
+    settings: &StoreSettings,
     data_dir: &FsPath,
 ) -> Result<Arc<dyn ObjectStore>, ManifestError> {
-    let url = args.store.clone().unwrap_or_else(|| default_url(data_dir));
-    open(&url, &S3Options::from_args(args))
+    let url = settings
+        .url
+        .clone()
+        .unwrap_or_else(|| default_url(data_dir));
+    open(&url, &settings.s3)
 }
 
 /// Opens the store for `url`; every key the broker uses is relative to it.

@@ -20,12 +20,12 @@ use object_store::ObjectStore;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use super::config::BrokerConfig;
 use crate::catalog::{Catalog, TopicConfig, TopicSpec};
 use crate::cluster::{
     BrokerInfo, ClusterError, ClusterNode, ClusterUrl, ClusterView, Controller, LeaseState, Member,
     MemberOptions,
 };
-use crate::config::BrokerConfig;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::txn::TxnCoordinator;
@@ -217,11 +217,6 @@ impl Leadership {
     /// or released, everything dropped when the lease is lost.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         attach_wal(&self.catalog, &self.wal);
-        if let Some(offsets) = self.catalog.topic(OFFSETS_TOPIC) {
-            let (node, id) = (self.node.clone(), offsets.id());
-            self.coordinator
-                .set_active(Arc::new(move || node.serving(id, 0).is_some()));
-        }
         let mut changes = self.node.view().subscribe();
         let mut lease = self.node.member().subscribe();
         let mut retry = tokio::time::interval(Duration::from_millis(500));

@@ -34,12 +34,12 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::config::SecurityProtocol;
 use super::frame::FrameReader;
 use crate::api::metrics::RequestMetrics;
 use crate::api::{Broker, Encoder, FrameError, Mute, Reply};
 use crate::auth::credentials::Credentials;
 use crate::auth::sasl::{Exchange, Step};
-use crate::config::SecurityProtocol;
 use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;

@@ -11,8 +11,7 @@
 //! lost: it serves nothing then, and clients should go elsewhere.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -36,38 +35,74 @@ const PROBE_KEY: &str = "strata-readyz-probe";
 
 pub struct Health {
     store: Arc<dyn ObjectStore>,
-    /// Listening, catalog loaded, jobs started; false again at shutdown.
-    serving: AtomicBool,
-    registry: OnceLock<Registry>,
+    stage: parking_lot::RwLock<Stage>,
+    /// Background jobs that ended while the broker was serving.
+    dead_jobs: parking_lot::Mutex<Vec<&'static str>>,
     probe: Mutex<Option<(Instant, Result<(), String>)>>,
-    /// The cluster membership's lease, in cluster mode.
-    lease: OnceLock<watch::Receiver<LeaseState>>,
+}
+
+/// Where the broker is in its life.
+enum Stage {
+    Starting,
+    /// Listening, catalog loaded, jobs started.
+    Serving {
+        registry: Arc<Registry>,
+        /// The cluster membership's lease, in cluster mode: ready only
+        /// while it is live.
+        lease: Option<watch::Receiver<LeaseState>>,
+    },
+    Stopping,
 }
 
 impl Health {
     pub fn new(store: Arc<dyn ObjectStore>) -> Arc<Health> {
         Arc::new(Health {
             store,
-            serving: AtomicBool::new(false),
-            registry: OnceLock::new(),
+            stage: parking_lot::RwLock::new(Stage::Starting),
+            dead_jobs: parking_lot::Mutex::new(Vec::new()),
             probe: Mutex::new(None),
-            lease: OnceLock::new(),
         })
     }
 
-    /// In cluster mode: ready only while `lease` is live.
-    pub fn member(&self, lease: watch::Receiver<LeaseState>) {
-        let _ = self.lease.set(lease);
-    }
-
     /// The broker is up: metrics are served from `registry` from now on.
-    pub fn serving(&self, registry: Registry) {
-        let _ = self.registry.set(registry);
-        self.serving.store(true, Ordering::Release);
+    pub fn serving(&self, registry: Registry, lease: Option<watch::Receiver<LeaseState>>) {
+        *self.stage.write() = Stage::Serving {
+            registry: Arc::new(registry),
+            lease,
+        };
     }
 
     pub fn stopping(&self) {
-        self.serving.store(false, Ordering::Release);
+        *self.stage.write() = Stage::Stopping;
+    }
+
+    /// A background job ended while the broker served: it is not ready again.
+    pub fn job_died(&self, name: &'static str) {
+        self.dead_jobs.lock().push(name);
+    }
+
+    fn registry(&self) -> Option<Arc<Registry>> {
+        match &*self.stage.read() {
+            Stage::Serving { registry, .. } => Some(registry.clone()),
+            _ => None,
+        }
+    }
+
+    /// Why the broker is not ready, as far as it knows without the store.
+    fn not_ready(&self) -> Option<String> {
+        match &*self.stage.read() {
+            Stage::Serving { lease, .. } => {
+                if lease
+                    .as_ref()
+                    .is_some_and(|l| *l.borrow() == LeaseState::Lost)
+                {
+                    return Some("the cluster lease in etcd is lost".into());
+                }
+            }
+            _ => return Some("the broker is starting or stopping".into()),
+        }
+        let dead = self.dead_jobs.lock();
+        (!dead.is_empty()).then(|| format!("background jobs ended: {}", dead.join(", ")))
     }
 
     async fn store_reachable(&self) -> Result<(), String> {
@@ -92,12 +127,13 @@ impl Health {
     }
 }
 
-/// Binds `addr` and serves until `stop` turns true (or its sender is gone).
+/// Binds `addr`; the future returned serves until `stop` turns true (or
+/// its sender is gone).
 pub async fn serve(
     addr: SocketAddr,
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,
-) -> std::io::Result<SocketAddr> {
+) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -105,7 +141,8 @@ pub async fn serve(
         .with_state(health);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tokio::spawn(async move {
+    tracing::info!(%local, "metrics and health checks listening");
+    Ok(async move {
         let stopped = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
@@ -115,13 +152,11 @@ pub async fn serve(
         {
             tracing::error!(error = %e, "the metrics listener failed");
         }
-    });
-    tracing::info!(%local, "metrics and health checks listening");
-    Ok(local)
+    })
 }
 
 async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
-    let Some(registry) = health.registry.get() else {
+    let Some(registry) = health.registry() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::CONTENT_TYPE, "text/plain")],
@@ -129,7 +164,7 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
         );
     };
     let mut text = String::with_capacity(64 * 1024);
-    match prometheus_text::encode(&mut text, registry) {
+    match prometheus_text::encode(&mut text, &registry) {
         Ok(()) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, prometheus_text::CONTENT_TYPE)],
@@ -144,19 +179,11 @@ async fn metrics(State(health): State<Arc<Health>>) -> impl IntoResponse {
 }
 
 async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, String) {
-    if !health.serving.load(Ordering::Acquire) {
+    if let Some(why) = health.not_ready() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: the broker is starting or stopping\n".into(),
+            format!("not ready: {why}\n"),
         );
-    }
-    if let Some(lease) = health.lease.get() {
-        if *lease.borrow() == LeaseState::Lost {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready: the cluster lease in etcd is lost\n".into(),
-            );
-        }
     }
     match health.store_reachable().await {
         Ok(()) => (StatusCode::OK, "ready\n".into()),

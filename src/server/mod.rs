@@ -1,13 +1,17 @@
-//! The listener: accepts connections, runs background flushing, and shuts
-//! down cleanly (stop accepting, sync every partition).
+//! The composition root: reads the command line (`config`), builds every
+//! layer in order (`phases`), runs the background jobs (`jobs`), accepts
+//! connections, and shuts down cleanly (stop accepting, sync every partition).
 
 mod cluster;
+pub mod config;
 mod connection;
 mod data_dir;
 pub mod frame;
 mod http;
+mod jobs;
 pub mod limits;
 mod metrics;
+mod phases;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,31 +24,26 @@ use tokio::task::JoinHandle;
 
 use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
-use anyhow::Context;
-
-use crate::api::{Broker, InterBroker, Listeners};
+use crate::api::Broker;
 use crate::auth::{
     self,
     credentials::{Change, Credentials},
 };
-use crate::catalog::{Catalog, CatalogSettings};
+use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
-use crate::cluster::Endpoint;
 use crate::compaction::policy::POLICY_NONE;
-use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
-use crate::compaction::worker::{self, MergeTotals, OnMerged, WorkerOptions};
-use crate::config::{BrokerConfig, FsyncPolicy, SaslLogin, SecurityProtocol};
-use crate::coordinator::store::OffsetsStore;
-use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
+use crate::compaction::scheduler::Scheduler;
+use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
-use crate::log::Visibility;
-use crate::manifest::counted::{Counted, RequestCounts};
-use crate::manifest::store::open_from_args;
-use crate::tier::{self, Tier};
-
-/// A compaction job not done after this long is queued again.
-const REQUEUE_AFTER: Duration = Duration::from_secs(300);
+use crate::manifest::counted::RequestCounts;
+use crate::tier::Tier;
+use config::{BrokerConfig, SaslLogin};
+use jobs::Jobs;
+use phases::{
+    accept, bind_listeners, build_api, join_cluster, open_state, open_store, serve_health,
+    spawn_jobs,
+};
 
 pub struct Server {
     local_addr: SocketAddr,
@@ -52,7 +51,8 @@ pub struct Server {
     listener_addrs: Vec<(String, SocketAddr)>,
     broker: Arc<Broker>,
     stop: watch::Sender<bool>,
-    accept: Vec<JoinHandle<()>>,
+    /// Supervises every background job; ends once they have after the stop signal.
+    jobs: JoinHandle<()>,
     tier: Arc<Tier>,
     /// Cluster mode: this broker's membership and write-ahead log.
     joined: Option<cluster::Joined>,
@@ -72,391 +72,69 @@ impl Server {
     }
 
     /// Like `start`, with the object store given instead of opened from
-    /// `--store` (tests share a `memory://` or fault-injecting store this way).
+    /// `--store` (tests share a `memory://` or fault-injecting store this
+    /// way). Each phase builds what the next needs; nothing is wired later.
     pub async fn start_with_store(
         config: BrokerConfig,
         store: Option<Arc<dyn object_store::ObjectStore>>,
     ) -> anyhow::Result<Server> {
         // Built once and handed down: the group coordinator, fetch waits, the
         // tier's jobs and compaction scheduling read time through these.
-        let clock = clock::system();
-        let random = clock::os_random();
-        let data_dir_claim = data_dir::claim(&config.data_dir, random.as_ref())?;
-        let store = match store {
-            Some(s) => s,
-            None => open_from_args(&config.object_store, &config.data_dir)?,
-        };
-        let (store, store_requests) = Counted::wrap(store);
+        let (clock, random) = (clock::system(), clock::os_random());
+        let data_dir = data_dir::claim(&config.data_dir, random.as_ref())?;
         let (stop, stop_rx) = watch::channel(false);
-        // First of all, so that the process shows alive (and not ready)
-        // while a large data directory recovers.
-        let health = match config.metrics_listen {
-            Some(addr) => {
-                let health = http::Health::new(store.clone());
-                http::serve(addr, health.clone(), stop_rx.clone()).await?;
-                Some(health)
-            }
-            None => None,
-        };
-        // A wiped data directory is refilled from the store before the catalog reads it.
-        let restored = tier::restore::restore(&store, &config.data_dir).await?;
-        if restored != Default::default() {
-            tracing::info!(
-                topics = restored.topics,
-                partitions = restored.partitions,
-                "restored from the object store"
-            );
-        }
-        let data_dir = config.data_dir.clone();
-        let coordinator_config = config.coordinator();
-        let txn_config = config.transactions();
-        let scheduler_settings = SchedulerSettings {
-            delete_delay_ms: config.compaction_delete_delay_ms,
-            max_run_ms: config.orphan_min_age_ms / 2,
-            requeue_after: REQUEUE_AFTER,
-        };
-        let specs = config.listeners().map_err(anyhow::Error::msg)?;
-        let (inter_spec, inter_login) = config.inter_broker().map_err(anyhow::Error::msg)?;
-        // Client certificates only on SSL listeners: a SASL_SSL client
-        // proves itself with SASL (Kafka's KIP-684).
-        let acceptor = |protocol: SecurityProtocol| -> anyhow::Result<_> {
-            let (Some(cert), Some(key)) = (&config.ssl_cert_file, &config.ssl_key_file) else {
-                anyhow::bail!("SSL and SASL_SSL listeners need --ssl-cert-file and --ssl-key-file");
-            };
-            let client_auth = match protocol {
-                SecurityProtocol::Ssl => config.ssl_client_auth,
-                _ => auth::tls::ClientAuth::None,
-            };
-            let tls =
-                auth::tls::server_config(cert, key, config.ssl_ca_file.as_deref(), client_auth)?;
-            Ok(tokio_rustls::TlsAcceptor::from(tls))
-        };
-        for m in &config.sasl_enabled_mechanisms {
-            if !auth::sasl::MECHANISMS.contains(&m.as_str()) {
-                anyhow::bail!(
-                    "SASL mechanism {m} is not supported (supported: {:?})",
-                    auth::sasl::MECHANISMS
-                );
-            }
-        }
-        let mut bound = Vec::new();
-        let mut endpoints = Vec::new();
-        for spec in &specs {
-            let listener = TcpListener::bind(spec.bind)
-                .await
-                .with_context(|| format!("listener {} on {}", spec.name, spec.bind))?;
-            let addr = listener.local_addr()?;
-            let (host, port) = match &spec.advertised {
-                Some((host, port)) => (host.clone(), if *port == 0 { addr.port() } else { *port }),
-                None if addr.ip().is_unspecified() => ("localhost".to_string(), addr.port()),
-                None => (addr.ip().to_string(), addr.port()),
-            };
-            endpoints.push(Endpoint {
-                name: spec.name.clone(),
-                host,
-                port,
-            });
-            let tls = match spec.protocol.tls() {
-                true => Some(acceptor(spec.protocol)?),
-                false => None,
-            };
-            bound.push((listener, spec.clone(), addr, tls));
-        }
-        let local_addr = bound[0].2;
-        let bound_addrs: Vec<SocketAddr> = bound.iter().map(|b| b.2).collect();
-        let inter_index = specs
-            .iter()
-            .position(|s| s.name == inter_spec.name)
-            .expect("inter_broker() picked a configured listener");
-        // The acceptor above already required the certificate and key of a TLS listener.
-        let inter_tls = match (&config.ssl_cert_file, &config.ssl_key_file) {
-            (Some(cert), Some(key)) if inter_spec.protocol.tls() => {
-                let ca = config.ssl_ca_file.as_ref();
-                let tls = auth::tls::client_config(ca.map(|p| p.as_path()), cert, key)?;
-                Some((tls, ca, cert, key))
-            }
-            _ => None,
-        };
-        let (host, port) = (endpoints[0].host.clone(), endpoints[0].port as i32);
-        let joined = match &config.cluster {
-            Some(url) => {
-                let me = cluster::Incarnation {
-                    host: &host,
-                    port,
-                    listeners: endpoints.clone(),
-                    directory_id: &data_dir_claim.id,
-                };
-                Some(cluster::join(&config, url, &store, me).await?)
-            }
-            None => None,
-        };
-        let credentials = match &joined {
-            Some(j) => {
-                let etcd = j.node.member().etcd();
-                auth::credentials::Credentials::open_etcd(etcd.client(), &etcd.keys().root())
-            }
-            None => auth::credentials::Credentials::open_store(store.clone()).await?,
-        };
-        let credentials = Arc::new(credentials);
-        add_scram_users(&credentials, &config.add_scram).await?;
-        if let Some(login) = &inter_login {
-            add_inter_broker_user(&credentials, login).await?;
-        }
-        // Consumers see only what is durable wherever durability is promised.
-        let durable =
-            (config.fsync == FsyncPolicy::Always && !config.null_sink) || joined.is_some();
-        let catalog_settings = CatalogSettings {
-            visibility: if durable {
-                Visibility::Durable
-            } else {
-                Visibility::Appended
-            },
-        };
-        let catalog =
-            tokio::task::spawn_blocking(move || Catalog::open(&data_dir, catalog_settings))
-                .await??;
-        let catalog = Arc::new(catalog);
-        if let Some(j) = &joined {
-            let internal = [
-                OffsetsStore::topic_spec(&coordinator_config),
-                TxnStore::topic_spec(txn_config.segment_bytes),
-                Scheduler::topic_spec(),
-            ];
-            cluster::adopt_topics(&j.node, &catalog, &internal).await?;
-        }
-        let (offsets, txn_store, scheduler) = {
-            let coordinator_config = coordinator_config.clone();
-            let txn_config = txn_config.clone();
-            let clock = clock.clone();
-            let catalog = catalog.clone();
-            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-                // Before the tier opens, so that a first start's new offsets,
-                // transaction and jobs topics get their remote parts with every other partition.
-                let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock.clone())?;
-                let txn_store = TxnStore::open(
-                    &catalog,
-                    txn_config.segment_bytes,
-                    txn_config.wait_for_fsync,
-                    clock.clone(),
-                )?;
-                let scheduler = Scheduler::open(catalog.clone(), scheduler_settings, clock)?;
-                Ok((offsets, txn_store, Arc::new(scheduler)))
-            })
-            .await??
-        };
-        // ACLs and quotas live where the topic catalog does: etcd or the store.
-        let access_backend: Box<dyn crate::access::Backend> = match &joined {
-            Some(j) => Box::new(crate::cluster::EtcdAccess::new(
-                j.node.member().etcd().clone(),
-            )),
-            None => Box::new(crate::access::StoreBackend::new(store.clone())),
-        };
-        let access = Arc::new(Access::open(config.access(), access_backend).await?);
-        let tier = Tier::open(store, catalog.clone(), &config, clock.clone()).await?;
-        if let Some(j) = &joined {
-            // Uploads, retention, orphan scans and merges: only what this broker serves.
-            let node = j.node.clone();
-            let serves: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
-            tier.set_scope(serves.clone());
-            tier.limit_head_age(Duration::from_millis(config.wal_max_age_ms));
-            scheduler.set_scope(serves);
-        }
-        // After the tier: the replay reads tiered offsets through it.
-        let coordinator = Arc::new(
-            GroupCoordinator::open(
-                catalog.clone(),
-                offsets,
-                coordinator_config,
-                clock.clone(),
-                random,
-            )
-            .await?,
-        );
-        let cluster_node = joined.as_ref().map(|j| j.node.clone());
-        let lease = cluster_node.as_ref().map(|n| n.member().subscribe());
-        let txn_leadership = cluster_node.as_ref().and_then(|node| {
-            let id = catalog.topic(TXN_TOPIC)?.id();
-            let node = node.clone();
-            let l: crate::coordinator::txn::Leadership = Arc::new(move || node.serving(id, 0));
-            Some(l)
-        });
-        let txn = Arc::new(
-            TxnCoordinator::open(
-                txn_store,
-                txn_config,
-                clock.clone(),
-                Broker::producer_ids(catalog.clone(), cluster_node),
-                txn_leadership,
-            )
-            .await?,
-        );
-        let mut broker = Broker::new(
-            catalog,
-            coordinator.clone(),
-            txn.clone(),
+        let mut jobs = Jobs::new(stop_rx);
+        let (store, store_requests) = open_store(&config, store).await?;
+        let health = serve_health(&config, &store, &mut jobs).await?;
+        let listeners = bind_listeners(&config).await?;
+        let joined = join_cluster(&config, &store, &listeners, &data_dir).await?;
+        let state = open_state(&config, store, joined.as_ref(), &listeners, clock, random).await?;
+        let metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
+        let broker = build_api(
             &config,
-            clock.clone(),
-            joined.as_ref().map(|j| j.node.clone()),
-            access.clone(),
-            Listeners {
-                endpoints: endpoints.clone(),
-                credentials: credentials.clone(),
-                inter_broker: Arc::new(InterBroker::new(
-                    inter_spec.name.clone(),
-                    inter_tls.as_ref().map(|t| t.0.clone()),
-                    inter_login.clone(),
-                )),
-            },
+            &state,
+            &listeners,
+            joined.as_ref(),
+            metrics.clone(),
         );
-        let request_metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
-        broker.metrics = request_metrics.clone();
-        let broker = Arc::new(broker);
         let (fatal, _) = watch::channel(None);
-        if let Some(j) = &joined {
-            tokio::spawn(j.wal.clone().run(stop_rx.clone()));
-            let leadership = cluster::Leadership {
-                node: j.node.clone(),
-                catalog: broker.catalog.clone(),
-                tier: tier.clone(),
-                wal: j.wal.clone(),
-                coordinator: coordinator.clone(),
-                txn: txn.clone(),
-                fatal: fatal.clone(),
-            };
-            tokio::spawn(leadership.run(stop_rx.clone()));
-            tokio::spawn(cluster::collect_wal(tier.clone(), stop_rx.clone()));
-        }
-        if joined.is_some() {
-            tokio::spawn(follow_access(access, stop_rx.clone()));
-        }
-        tokio::spawn(tier.clone().run(stop_rx.clone()));
-        tokio::spawn(log_store_requests(store_requests.clone(), stop_rx.clone()));
-        tokio::spawn(schedule_compactions(
-            tier.clone(),
-            broker.catalog.clone(),
-            scheduler.clone(),
-            stop_rx.clone(),
-        ));
-        let merges = Arc::new(MergeTotals::default());
-        if config.compaction_worker {
-            // Its own listener's bound address; through TLS the advertised
-            // host, the name the certificate is for.
-            let addr = bound_addrs[inter_index];
-            let bootstrap = if inter_tls.is_some() {
-                let e = &endpoints[inter_index];
-                format!("{}:{}", e.host, e.port)
-            } else if addr.ip().is_unspecified() {
-                SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port()).to_string()
-            } else {
-                addr.to_string()
-            };
-            let mut opts = WorkerOptions::new(
-                bootstrap,
-                config.node_id,
-                config.data_dir.join("compaction"),
-            );
-            opts.client_properties = worker_security(
-                inter_spec.protocol,
-                inter_login.as_ref(),
-                inter_tls.as_ref(),
-            );
-            opts.totals = merges.clone();
-            tokio::spawn(run_compaction_worker(
-                tier.clone(),
-                scheduler.clone(),
-                opts,
-                stop_rx.clone(),
-            ));
-        }
-        if let Some(jobs) = txn.marker_jobs() {
-            tokio::spawn(crate::api::run_markers(
-                broker.clone(),
-                jobs,
-                Duration::from_millis(config.txn_marker_delay_ms),
-                stop_rx.clone(),
-            ));
-        }
-        tokio::spawn(run_txn_timers(
-            txn,
-            Duration::from_millis(
-                config
-                    .transaction_abort_timed_out_transaction_cleanup_interval_ms
-                    .max(1),
-            ),
-            stop_rx.clone(),
-        ));
-        let retention_check =
-            Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
-        tokio::spawn(run_coordinator_timers(
-            coordinator,
-            clock,
-            retention_check,
-            stop_rx.clone(),
-        ));
-        if config.fsync == FsyncPolicy::Interval {
-            tokio::spawn(flush_periodically(
-                broker.clone(),
-                config.fsync_interval(),
-                stop_rx.clone(),
-            ));
-        }
-        let sasl = Arc::new(connection::SaslSettings {
-            mechanisms: config.sasl_enabled_mechanisms.clone(),
-            credentials,
-            max_reauth: (config.connections_max_reauth_ms > 0)
-                .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
-            failed_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),
-        });
-        let limits = limits::ConnectionLimits::from_config(&config);
-        let mut accept = Vec::new();
-        let mut listener_addrs = Vec::new();
-        for ((listener, spec, addr, tls), endpoint) in bound.into_iter().zip(&endpoints) {
-            let shared = Arc::new(connection::Listener {
-                name: spec.name.clone(),
-                protocol: spec.protocol,
-                tls,
-                sasl: sasl.clone(),
-                idle: limits.idle(),
-            });
-            accept.push(tokio::spawn(accept_loop(
-                listener,
-                broker.clone(),
-                config.max_request_bytes,
-                limits.clone(),
-                shared,
-                stop_rx.clone(),
-            )));
-            tracing::info!(listener = spec.name, protocol = spec.protocol.name(), %addr, advertised = %format!("{}:{}", endpoint.host, endpoint.port), "listening");
-            listener_addrs.push((spec.name.clone(), addr));
-        }
-        if let (Some(health), Some(requests)) = (&health, &request_metrics) {
+        let merges = spawn_jobs(
+            &config,
+            &state,
+            &broker,
+            joined.as_ref(),
+            &listeners,
+            &fatal,
+            &store_requests,
+            &mut jobs,
+        );
+        let (local_addr, listener_addrs) = accept(listeners, &broker, &config, &mut jobs);
+        if let (Some(health), Some(requests)) = (&health, metrics) {
             let mut registry = Registry::default();
             requests.register(&mut registry);
             registry.register_collector(Box::new(metrics::Scraped {
                 broker: broker.clone(),
-                tier: tier.clone(),
-                scheduler: scheduler.clone(),
+                tier: state.tier.clone(),
+                scheduler: state.scheduler.clone(),
                 store: store_requests.clone(),
                 merges,
             }));
-            if let Some(lease) = lease {
-                health.member(lease);
-            }
-            health.serving(registry);
+            let lease = joined.as_ref().map(|j| j.node.member().subscribe());
+            health.serving(registry, lease);
         }
-        tracing::info!(%local_addr, advertised = %format!("{host}:{port}"), data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
+        tracing::info!(%local_addr, data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
         Ok(Server {
             local_addr,
             listener_addrs,
             broker,
             stop,
-            accept,
-            tier,
+            jobs: tokio::spawn(jobs.supervise(health.clone())),
+            tier: state.tier,
             joined,
             fatal,
             store_requests,
             health,
-            _data_dir: data_dir_claim,
+            _data_dir: data_dir,
         })
     }
 
@@ -499,9 +177,6 @@ impl Server {
             h.stopping();
         }
         self.stop.send_replace(true);
-        for a in &self.accept {
-            a.abort();
-        }
         if let Some(j) = self.joined {
             // Hand over at once instead of after a lease TTL: stop serving,
             // make every head durable, then leave.
@@ -523,51 +198,14 @@ impl Server {
             }
         })
         .await?;
+        if let Err(e) = self.jobs.await {
+            tracing::error!(error = %e, "supervising the background jobs failed");
+        }
         tracing::info!(requests = %self.store_requests, "object store requests since start");
         tracing::info!("shutdown complete");
         Ok(())
     }
 }
-
-/// librdkafka's settings for the inter-broker listener (`ssl.*` as the
-/// listener's own files: the CA it trusts, the broker's certificate).
-fn worker_security(
-    protocol: SecurityProtocol,
-    login: Option<&SaslLogin>,
-    tls: Option<&InterBrokerTls<'_>>,
-) -> Vec<(String, String)> {
-    let mut out = vec![(
-        "security.protocol".to_string(),
-        protocol.name().to_ascii_lowercase(),
-    )];
-    if let Some(login) = login {
-        out.push(("sasl.mechanisms".into(), login.mechanism.clone()));
-        out.push(("sasl.username".into(), login.username.clone()));
-        out.push(("sasl.password".into(), login.password.clone()));
-    }
-    if let Some((_, ca, cert, key)) = tls {
-        let files = [
-            ("ssl.ca.location", *ca),
-            ("ssl.certificate.location", Some(*cert)),
-            ("ssl.key.location", Some(*key)),
-        ];
-        for (k, path) in files {
-            if let Some(path) = path {
-                out.push((k.into(), path.display().to_string()));
-            }
-        }
-    }
-    out
-}
-
-/// The inter-broker TLS client config and the CA (none: the system's),
-/// certificate and key files.
-type InterBrokerTls<'a> = (
-    Arc<rustls::ClientConfig>,
-    Option<&'a std::path::PathBuf>,
-    &'a std::path::PathBuf,
-    &'a std::path::PathBuf,
-);
 
 /// The broker's own SASL user gets a SCRAM credential from its configured
 /// password when it has none for the mechanism (for PLAIN: none at all), so

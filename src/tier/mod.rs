@@ -32,7 +32,6 @@ use uuid::Uuid;
 
 use crate::catalog::Catalog;
 use crate::clock::SharedClock;
-use crate::config::BrokerConfig;
 use crate::manifest::{Manifest, ManifestError};
 use cache::BlockCache;
 use orphans::OrphanScan;
@@ -84,6 +83,42 @@ impl TierError {
     }
 }
 
+/// What the tier's jobs need to know; the server builds it from its flags.
+#[derive(Clone)]
+pub struct TierSettings {
+    pub node_id: i32,
+    /// Bytes of store blocks kept in memory for reads of tiered segments.
+    pub cache_bytes: u64,
+    /// Sealed bytes allowed to wait for upload before produce is refused.
+    pub max_pending_upload_bytes: u64,
+    /// How often the jobs run.
+    pub interval: Duration,
+    /// Objects no manifest names are deleted once this old.
+    pub orphan_min_age: Duration,
+    pub orphan_scan_interval: Duration,
+    /// Cluster mode: the partitions this broker tends (leads); `None`: all.
+    pub scope: Option<Scope>,
+    /// Cluster mode: active segments roll once this old, whatever their
+    /// `segment.ms`, so the write-ahead log behind them can be collected.
+    pub max_head_age: Option<Duration>,
+}
+
+impl TierSettings {
+    /// The defaults of the broker's flags, for node `node_id` running alone.
+    pub fn new(node_id: i32) -> TierSettings {
+        TierSettings {
+            node_id,
+            cache_bytes: 256 << 20,
+            max_pending_upload_bytes: 8 << 30,
+            interval: Duration::from_millis(500),
+            orphan_min_age: Duration::from_secs(3600),
+            orphan_scan_interval: Duration::from_secs(600),
+            scope: None,
+            max_head_age: None,
+        }
+    }
+}
+
 /// The tier of one broker: the partitions it tiers and the jobs that tend them.
 pub struct Tier {
     partitions: Arc<TieredPartitions>,
@@ -100,15 +135,16 @@ impl Tier {
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         catalog: Arc<Catalog>,
-        config: &BrokerConfig,
+        settings: TierSettings,
         clock: SharedClock,
     ) -> Result<Arc<Tier>, TierError> {
-        let cache = BlockCache::new(store.clone(), config.cache_bytes);
+        let cache = BlockCache::new(store.clone(), settings.cache_bytes);
         let partitions = Arc::new(TieredPartitions::new(
             store.clone(),
             catalog.clone(),
             cache,
-            config.node_id,
+            settings.node_id,
+            settings.scope,
             clock,
         ));
         // Until its manifest is loaded a partition cannot tell tiered offsets
@@ -116,18 +152,21 @@ impl Tier {
         partitions.attach_all().await?;
         let topics = TopicSync::new(partitions.clone());
         topics.put_cluster_file().await?;
-        let orphan_min_age = Duration::from_millis(config.orphan_min_age_ms);
         Ok(Arc::new(Tier {
-            uploader: Uploader::new(partitions.clone(), config.max_pending_upload_bytes),
+            uploader: Uploader::new(
+                partitions.clone(),
+                settings.max_pending_upload_bytes,
+                settings.max_head_age,
+            ),
             retention: Retention::new(partitions.clone()),
             orphans: OrphanScan::new(
                 partitions.clone(),
-                orphan_min_age,
-                Duration::from_millis(config.orphan_scan_interval_ms),
+                settings.orphan_min_age,
+                settings.orphan_scan_interval,
             ),
             topics,
             partitions,
-            interval: Duration::from_millis(config.tier_interval_ms.max(10)),
+            interval: settings.interval.max(Duration::from_millis(10)),
         }))
     }
 
@@ -216,18 +255,6 @@ impl Tier {
         }
     }
 
-    /// Limits the jobs to the partitions `scope` accepts (cluster mode: the
-    /// ones this broker leads). Set once.
-    pub fn set_scope(&self, scope: Scope) {
-        self.partitions.set_scope(scope);
-    }
-
-    /// Cluster mode: active segments roll once this old, whatever their
-    /// `segment.ms`, so the write-ahead log behind them can be collected.
-    pub fn limit_head_age(&self, max: std::time::Duration) {
-        self.uploader.limit_head_age(max);
-    }
-
     /// Whether produce is being refused because uploads lag.
     pub fn backpressure_active(&self) -> bool {
         self.uploader.backpressure_active()
@@ -240,23 +267,14 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::format::batch::encode_batch;
     use bytes::Bytes;
-    use clap::Parser;
     use futures::TryStreamExt;
     use kafka_protocol::records::Compression;
     use object_store::memory::InMemory;
-
-    #[derive(Parser)]
-    struct Args {
-        #[command(flatten)]
-        config: BrokerConfig,
-    }
 
     #[tokio::test]
     async fn segments_leave_manifest_and_store_once_the_clock_passes_retention() {
         const START: i64 = 1_700_000_000_000;
         let dir = tempfile::tempdir().unwrap();
-        let config =
-            Args::parse_from(["strata", "--data-dir", dir.path().to_str().unwrap()]).config;
         let catalog = Arc::new(Catalog::open(dir.path(), Default::default()).unwrap());
         let topic = catalog
             .create_topic(
@@ -271,7 +289,7 @@ mod tests {
             .unwrap();
         let clock = ManualClock::new(START);
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let tier = Tier::open(store.clone(), catalog, &config, clock.clone())
+        let tier = Tier::open(store.clone(), catalog, TierSettings::new(1), clock.clone())
             .await
             .unwrap();
         let partition = topic.partition(0).unwrap();

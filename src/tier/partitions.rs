@@ -39,7 +39,7 @@ pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
 pub(super) struct TieredPartitions {
     pub(super) clock: SharedClock,
     /// Set in cluster mode: only the partitions this broker leads.
-    scope: std::sync::OnceLock<Scope>,
+    scope: Option<Scope>,
     store: Arc<dyn ObjectStore>,
     pub(super) catalog: Arc<Catalog>,
     cache: BlockCache,
@@ -54,11 +54,12 @@ impl TieredPartitions {
         catalog: Arc<Catalog>,
         cache: BlockCache,
         node_id: i32,
+        scope: Option<Scope>,
         clock: SharedClock,
     ) -> TieredPartitions {
         TieredPartitions {
             clock,
-            scope: std::sync::OnceLock::new(),
+            scope,
             store,
             catalog,
             cache,
@@ -86,12 +87,8 @@ impl TieredPartitions {
         Ok(())
     }
 
-    pub(super) fn set_scope(&self, scope: Scope) {
-        let _ = self.scope.set(scope);
-    }
-
     pub(super) fn in_scope(&self, topic_id: Uuid, partition: i32) -> bool {
-        self.scope.get().is_none_or(|s| s(topic_id, partition))
+        self.scope.as_ref().is_none_or(|s| s(topic_id, partition))
     }
 
     /// The partitions of [`Self::all`] this broker tends.

@@ -10,7 +10,7 @@
 //! have to read them all back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -34,24 +34,22 @@ pub(super) struct Uploader {
     backpressure: Arc<AtomicBool>,
     max_pending: u64,
     /// Cluster mode: the oldest an active segment may get, in ms.
-    head_max_age_ms: OnceLock<i64>,
+    head_max_age_ms: Option<i64>,
 }
 
 impl Uploader {
-    pub(super) fn new(partitions: Arc<TieredPartitions>, max_pending: u64) -> Uploader {
+    pub(super) fn new(
+        partitions: Arc<TieredPartitions>,
+        max_pending: u64,
+        max_head_age: Option<Duration>,
+    ) -> Uploader {
         Uploader {
             backoffs: Backoffs::new(partitions.clock.clone()),
             partitions,
             backpressure: Arc::new(AtomicBool::new(false)),
             max_pending,
-            head_max_age_ms: OnceLock::new(),
+            head_max_age_ms: max_head_age.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
         }
-    }
-
-    pub(super) fn limit_head_age(&self, max: Duration) {
-        let _ = self
-            .head_max_age_ms
-            .set(i64::try_from(max.as_millis()).unwrap_or(i64::MAX));
     }
 
     pub(super) fn backpressure_active(&self) -> bool {
@@ -68,7 +66,7 @@ impl Uploader {
         for (topic, index, partition) in &work {
             partition.attach_backpressure(self.backpressure.clone());
             let mut cfg = topic.append_config();
-            if let Some(&max) = self.head_max_age_ms.get() {
+            if let Some(max) = self.head_max_age_ms {
                 cfg.segment_ms = cfg.segment_ms.min(max);
             }
             if let Err(e) = partition.roll_if_due(&cfg) {

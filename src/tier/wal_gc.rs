@@ -109,7 +109,6 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use clap::Parser;
     use kafka_protocol::records::Compression;
     use object_store::memory::InMemory;
     use object_store::ObjectStore;
@@ -117,20 +116,10 @@ mod tests {
     use super::*;
     use crate::catalog::{Catalog, TopicConfig};
     use crate::clock::ManualClock;
-    use crate::config::BrokerConfig;
     use crate::format::batch::encode_batch;
     use crate::log::HeadSink;
+    use crate::tier::TierSettings;
     use crate::wal::Wal;
-
-    #[derive(Parser)]
-    struct Args {
-        #[command(flatten)]
-        config: BrokerConfig,
-    }
-
-    fn config(dir: &tempfile::TempDir) -> BrokerConfig {
-        Args::parse_from(["strata", "--data-dir", dir.path().to_str().unwrap()]).config
-    }
 
     #[tokio::test]
     async fn objects_naming_a_partition_this_broker_never_led_are_collected() {
@@ -143,7 +132,7 @@ mod tests {
         let tier = Tier::open(
             store.clone(),
             catalog.clone(),
-            &config(&here),
+            TierSettings::new(1),
             clock.clone(),
         )
         .await
@@ -154,7 +143,7 @@ mod tests {
         let topic = leader_catalog
             .create_topic("t", 1, 1, &[("segment.bytes", Some("1024"))])
             .unwrap();
-        let leader = Tier::open(store.clone(), leader_catalog, &config(&there), clock)
+        let leader = Tier::open(store.clone(), leader_catalog, TierSettings::new(1), clock)
             .await
             .unwrap();
         let partition = topic.partition(0).unwrap();

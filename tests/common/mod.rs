@@ -15,7 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use strata::config::BrokerConfig;
+use strata::server::config::BrokerConfig;
 use strata::server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

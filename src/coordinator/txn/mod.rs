@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Notify};
@@ -107,7 +107,7 @@ pub struct TxnCoordinator {
     ids: ProducerIdSource,
     jobs: mpsc::UnboundedSender<MarkerJob>,
     jobs_rx: Mutex<Option<mpsc::UnboundedReceiver<MarkerJob>>>,
-    leadership: OnceLock<Leadership>,
+    leadership: Option<Leadership>,
     loading: AtomicBool,
     /// Woken whenever a pending change is applied or dropped.
     settled: Notify,
@@ -141,13 +141,10 @@ impl TxnCoordinator {
             ids,
             jobs,
             jobs_rx: Mutex::new(Some(rx)),
-            leadership: OnceLock::new(),
+            leadership,
             loading: AtomicBool::new(false),
             settled: Notify::new(),
         };
-        if let Some(l) = leadership {
-            c.set_leadership(l);
-        }
         if c.is_coordinator() {
             c.reload().await?;
         }
@@ -161,15 +158,11 @@ impl TxnCoordinator {
 
     /// Cluster mode: the coordinator answers only while this broker leads
     /// `__transaction_state` (set once).
-    fn set_leadership(&self, leadership: Leadership) {
-        let _ = self.leadership.set(leadership);
-    }
-
     fn coordinator_epoch(&self) -> Result<i32, TxnError> {
         if self.loading.load(Ordering::Acquire) {
             return Err(TxnError::LoadInProgress);
         }
-        match self.leadership.get() {
+        match self.leadership.as_ref() {
             None => Ok(0),
             Some(l) => l().ok_or(TxnError::NotCoordinator),
         }
@@ -177,7 +170,7 @@ impl TxnCoordinator {
 
     /// Whether this broker coordinates transactions now.
     pub fn is_coordinator(&self) -> bool {
-        self.leadership.get().is_none_or(|l| l().is_some())
+        self.leadership.as_ref().is_none_or(|l| l().is_some())
     }
 
     /// Reads every transactional id from the topic again (startup, and in
@@ -213,7 +206,7 @@ impl TxnCoordinator {
             self.loading.store(false, Ordering::Release);
             return Err(TxnError::Storage(e.to_string()));
         }
-        let epoch = self.leadership.get().and_then(|l| l()).unwrap_or(0);
+        let epoch = self.leadership.as_ref().and_then(|l| l()).unwrap_or(0);
         let prepared: Vec<MarkerJob> = loaded
             .iter()
             .filter(|(_, m)| matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort))

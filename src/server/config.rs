@@ -1,4 +1,11 @@
 //! Broker settings, from flags or `STRATA_*` environment variables.
+//!
+//! This is the only place that knows the command line. Every layer below
+//! the server takes its own small settings type (`ApiSettings`,
+//! `TierSettings`, `StoreSettings`, `CoordinatorConfig`, ...), built here,
+//! so a new flag reaches exactly the layer it is handed to. The Kafka names
+//! broker DescribeConfigs reports come from `static_configs`, next to the
+//! flags; a test checks that every Kafka name a flag's help gives is there.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,8 +13,29 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+use crate::api::StaticConfig;
+use crate::catalog::config::ConfigType;
+
 pub use crate::auth::client::SaslLogin;
-pub use crate::auth::tls::ClientAuth;
+use crate::auth::tls::ClientAuth;
+
+/// `--ssl-client-auth`: Kafka's ssl.client.auth values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SslClientAuth {
+    Required,
+    Requested,
+    None,
+}
+
+impl From<SslClientAuth> for ClientAuth {
+    fn from(a: SslClientAuth) -> ClientAuth {
+        match a {
+            SslClientAuth::Required => ClientAuth::Required,
+            SslClientAuth::Requested => ClientAuth::Requested,
+            SslClientAuth::None => ClientAuth::None,
+        }
+    }
+}
 
 /// When appended data is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,8 +88,8 @@ pub struct BrokerConfig {
 
     /// Client certificates on SSL listeners (ssl.client.auth); a trusted
     /// certificate's subject becomes the principal.
-    #[arg(long, env = "STRATA_SSL_CLIENT_AUTH", value_enum, default_value_t = ClientAuth::None)]
-    pub ssl_client_auth: ClientAuth,
+    #[arg(long, env = "STRATA_SSL_CLIENT_AUTH", value_enum, default_value_t = SslClientAuth::None)]
+    pub ssl_client_auth: SslClientAuth,
 
     /// SASL mechanisms offered (sasl.enabled.mechanisms).
     #[arg(
@@ -448,6 +476,20 @@ pub struct StoreArgs {
     pub s3_virtual_hosted: bool,
 }
 
+impl StoreArgs {
+    pub fn settings(&self) -> crate::manifest::store::StoreSettings {
+        crate::manifest::store::StoreSettings {
+            url: self.store.clone(),
+            s3: crate::manifest::store::S3Options {
+                endpoint: self.s3_endpoint.clone(),
+                region: self.s3_region.clone(),
+                allow_http: self.s3_allow_http,
+                virtual_hosted: self.s3_virtual_hosted,
+            },
+        }
+    }
+}
+
 impl BrokerConfig {
     /// The listeners to open: `--listener`s, else one PLAINTEXT on `--listen`.
     pub fn listeners(&self) -> Result<Vec<ListenerSpec>, String> {
@@ -621,6 +663,196 @@ impl BrokerConfig {
         }
     }
 
+    /// The settings these flags set, under Kafka's names, as broker
+    /// DescribeConfigs reports them.
+    pub(crate) fn static_configs(&self) -> Vec<StaticConfig> {
+        use ConfigType::{Boolean, Int, List, Long, String as Str};
+        let c = |name, value: String, kind| StaticConfig { name, value, kind };
+        let listeners = self.listeners().unwrap_or_default();
+        let joined = |f: &dyn Fn(&ListenerSpec) -> String| {
+            listeners.iter().map(f).collect::<Vec<_>>().join(",")
+        };
+        let data_dir = self.data_dir.display().to_string();
+        let overrides = self.max_connections_per_ip_overrides.0.iter();
+        vec![
+            c("node.id", self.node_id.to_string(), Int),
+            c("broker.id", self.node_id.to_string(), Int),
+            c(
+                "listeners",
+                joined(&|l| format!("{}://{}", l.name, l.bind)),
+                List,
+            ),
+            c(
+                "listener.security.protocol.map",
+                joined(&|l| format!("{}:{}", l.name, l.protocol.name())),
+                List,
+            ),
+            c(
+                "inter.broker.listener.name",
+                self.inter_broker_listener_name
+                    .clone()
+                    .or_else(|| listeners.first().map(|l| l.name.clone()))
+                    .unwrap_or_default(),
+                Str,
+            ),
+            c(
+                "sasl.mechanism.inter.broker.protocol",
+                self.sasl_mechanism_inter_broker_protocol
+                    .clone()
+                    .or_else(|| self.sasl_enabled_mechanisms.first().cloned())
+                    .unwrap_or_default(),
+                Str,
+            ),
+            c(
+                "sasl.enabled.mechanisms",
+                self.sasl_enabled_mechanisms.join(","),
+                List,
+            ),
+            c(
+                "ssl.client.auth",
+                format!("{:?}", self.ssl_client_auth).to_ascii_lowercase(),
+                Str,
+            ),
+            c(
+                "connections.max.reauth.ms",
+                self.connections_max_reauth_ms.to_string(),
+                Long,
+            ),
+            c(
+                "connection.failed.authentication.delay.ms",
+                self.connection_failed_authentication_delay_ms.to_string(),
+                Int,
+            ),
+            c("max.connections", self.max_connections.to_string(), Int),
+            c(
+                "max.connections.per.ip",
+                self.max_connections_per_ip.to_string(),
+                Int,
+            ),
+            c(
+                "max.connections.per.ip.overrides",
+                overrides
+                    .map(|(ip, n)| format!("{ip}:{n}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                Str,
+            ),
+            c(
+                "connections.max.idle.ms",
+                self.connections_max_idle_ms.to_string(),
+                Long,
+            ),
+            c("log.dirs", data_dir.clone(), List),
+            c("log.dir", data_dir, Str),
+            c(
+                "num.partitions",
+                self.num_partitions.max(1).to_string(),
+                Int,
+            ),
+            c(
+                "auto.create.topics.enable",
+                self.auto_create_topics.to_string(),
+                Boolean,
+            ),
+            c(
+                "log.retention.check.interval.ms",
+                self.tier_interval_ms.to_string(),
+                Long,
+            ),
+            c(
+                "log.flush.interval.ms",
+                match self.fsync {
+                    FsyncPolicy::Always => "0".to_string(),
+                    FsyncPolicy::Interval => self.fsync_interval_ms.to_string(),
+                    FsyncPolicy::None => i64::MAX.to_string(),
+                },
+                Long,
+            ),
+            c(
+                "socket.request.max.bytes",
+                self.max_request_bytes.to_string(),
+                Int,
+            ),
+            c(
+                "group.initial.rebalance.delay.ms",
+                self.group_initial_rebalance_delay_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.min.session.timeout.ms",
+                self.group_min_session_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.max.session.timeout.ms",
+                self.group_max_session_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.consumer.heartbeat.interval.ms",
+                self.group_consumer_heartbeat_interval_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.consumer.session.timeout.ms",
+                self.group_consumer_session_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.consumer.assignors",
+                self.group_consumer_assignors.0.join(","),
+                List,
+            ),
+            c(
+                "group.consumer.max.size",
+                self.group_consumer_max_size.to_string(),
+                Int,
+            ),
+            c(
+                "group.consumer.migration.policy",
+                self.group_consumer_migration_policy.name().to_string(),
+                Str,
+            ),
+            c(
+                "offsets.retention.minutes",
+                self.offsets_retention_minutes.to_string(),
+                Int,
+            ),
+            c(
+                "offsets.retention.check.interval.ms",
+                self.offsets_retention_check_interval_ms.to_string(),
+                Long,
+            ),
+            c(
+                "offsets.topic.segment.bytes",
+                self.offsets_topic_segment_bytes.to_string(),
+                Int,
+            ),
+            c(
+                "transaction.max.timeout.ms",
+                self.transaction_max_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "transactional.id.expiration.ms",
+                self.transactional_id_expiration_ms.to_string(),
+                Int,
+            ),
+            c(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms
+                    .to_string(),
+                Int,
+            ),
+            c("super.users", self.super_users.clone(), List),
+            c(
+                "allow.everyone.if.no.acl.found",
+                self.allow_everyone_if_no_acl_found.to_string(),
+                Boolean,
+            ),
+        ]
+    }
+
     pub fn fsync_interval(&self) -> Duration {
         Duration::from_millis(self.fsync_interval_ms.max(1))
     }
@@ -771,6 +1003,42 @@ mod tests {
         let mut all = vec!["strata"];
         all.extend_from_slice(args);
         Cli::parse_from(all).config
+    }
+
+    #[test]
+    fn every_kafka_name_a_flag_gives_is_reported_by_describe_configs() {
+        use clap::CommandFactory;
+        // Kafka takes these as PEM contents; here the flags name files.
+        const NOT_REPORTED: [&str; 3] = [
+            "ssl.keystore.certificate.chain",
+            "ssl.keystore.key",
+            "ssl.truststore.certificates",
+        ];
+        let reported: Vec<&str> = config(&[])
+            .static_configs()
+            .iter()
+            .map(|c| c.name)
+            .collect();
+        let name = regex::Regex::new(r"\((?:Kafka's )?`?([a-z]+(?:\.[a-z]+)+)`?\)").unwrap();
+        let mut checked = 0;
+        for arg in Cli::command().get_arguments() {
+            let help = arg
+                .get_long_help()
+                .or(arg.get_help())
+                .map(|h| h.to_string());
+            for m in name.captures_iter(&help.unwrap_or_default()) {
+                let kafka = m.get(1).unwrap().as_str();
+                if kafka != "advertised.listeners" && !NOT_REPORTED.contains(&kafka) {
+                    assert!(
+                        reported.contains(&kafka),
+                        "--{} ({kafka}) is not reported",
+                        arg.get_id()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 25, "only {checked} flags name a Kafka config");
     }
 
     #[test]
