@@ -306,7 +306,9 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
                 let descs: Vec<SegmentDesc> = m.segments.iter().map(SegmentDesc::from).collect();
                 let settled = m.end_offset() == Some(end)
                     && m.segments.iter().any(|s| s.level > 0)
-                    && for_topic(&config).next_job(&descs, now_ms()).is_none();
+                    && for_topic(&config.settings())
+                        .next_job(&descs, now_ms())
+                        .is_none();
                 if settled {
                     break;
                 }

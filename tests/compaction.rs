@@ -161,7 +161,7 @@ async fn merged_segments_keep_one_record_per_live_key() {
     let cfg = TopicConfig::from_pairs(configs.iter().map(|(k, v)| (*k, Some(*v)))).unwrap();
     // Wait a millisecond so every produced record is older than "now".
     std::thread::sleep(Duration::from_millis(5));
-    let opts = MergeOptions::for_topic(&cfg, 1, true, now_ms());
+    let opts = MergeOptions::for_topic(&cfg.settings(), 1, true, now_ms());
     let (meta, stats) = merge(&refs, &mut sink, &opts, &[]).unwrap();
     assert_eq!(
         (meta.base_offset, meta.next_offset, meta.level),

@@ -265,7 +265,9 @@ async fn wait_compacted(
         if let Some((m, config, _)) = manifest(store, topic).await {
             let settled = m.end_offset() == Some(end)
                 && !merged(&m).is_empty()
-                && for_topic(&config).next_job(&descs(&m), now_ms()).is_none();
+                && for_topic(&config.settings())
+                    .next_job(&descs(&m), now_ms())
+                    .is_none();
             if settled && (!clean || unnamed_segments(store, &m).await.is_empty()) {
                 return m;
             }
@@ -463,7 +465,9 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
                 let now = now_ms();
                 let settled = now > newest + BOUND_LAG_MS
                     && m.end_offset() == Some(end)
-                    && for_topic(&config).next_job(&descs(&m), now).is_none()
+                    && for_topic(&config.settings())
+                        .next_job(&descs(&m), now)
+                        .is_none()
                     && m.segments.iter().any(|s| s.level > 0);
                 let (records, read_end) = read(bootstrap.clone()).await;
                 if settled && records.len() <= at_most {
@@ -847,7 +851,9 @@ mod offsets {
             let (m, config, _) = manifest(&store, "__consumer_offsets").await.unwrap();
             let tiered = m.end_offset().unwrap_or(0);
             let settled = tiered as u64 + 20_000 >= written
-                && for_topic(&config).next_job(&descs(&m), now_ms()).is_none();
+                && for_topic(&config.settings())
+                    .next_job(&descs(&m), now_ms())
+                    .is_none();
             if settled {
                 break m;
             }

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::log::AppendConfig;
+
 /// Kafka's ConfigType values as sent in DescribeConfigs v3+.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigType {
@@ -371,90 +373,122 @@ impl TopicConfig {
             .unwrap_or(0)
     }
 
-    pub fn segment_bytes(&self) -> u64 {
-        self.number(SEGMENT_BYTES).max(14) as u64
-    }
-    pub fn segment_ms(&self) -> i64 {
-        self.number(SEGMENT_MS).max(1)
-    }
-    pub fn segment_jitter_ms(&self) -> i64 {
-        self.number(SEGMENT_JITTER_MS).max(0)
-    }
-    pub fn index_interval_bytes(&self) -> u64 {
-        self.number(INDEX_INTERVAL_BYTES).max(0) as u64
-    }
-    pub fn max_message_bytes(&self) -> usize {
-        self.number(MAX_MESSAGE_BYTES).max(0) as usize
-    }
-    /// `cleanup.policy` includes `compact`.
-    pub fn compact(&self) -> bool {
-        self.get(CLEANUP_POLICY)
-            .is_some_and(|(v, _)| list_items(v).contains(&"compact"))
-    }
-    pub fn min_compaction_lag_ms(&self) -> i64 {
-        self.number(MIN_COMPACTION_LAG_MS).max(0)
-    }
-    pub fn max_compaction_lag_ms(&self) -> i64 {
-        self.number(MAX_COMPACTION_LAG_MS).max(0)
-    }
-    /// `min.cleanable.dirty.ratio` (validated to lie in [0, 1]).
-    pub fn min_cleanable_dirty_ratio(&self) -> f64 {
-        self.get("min.cleanable.dirty.ratio")
-            .and_then(|(v, _)| v.parse::<f64>().ok())
-            .filter(|r| (0.0..=1.0).contains(r))
-            .unwrap_or(0.5)
-    }
-    pub fn delete_retention_ms(&self) -> i64 {
-        self.number(DELETE_RETENTION_MS).max(0)
-    }
-    pub fn compaction_policy(&self) -> &str {
-        self.get(COMPACTION_POLICY).map_or("leveled", |(v, _)| v)
-    }
-    pub fn compaction_fanout(&self) -> usize {
-        self.number(COMPACTION_FANOUT).max(2) as usize
-    }
-    pub fn compaction_max_segment_bytes(&self) -> u64 {
-        self.number(COMPACTION_MAX_SEGMENT_BYTES)
-            .clamp(1, u32::MAX as i64) as u64
-    }
-    pub fn log_append_time(&self) -> bool {
-        self.get(MESSAGE_TIMESTAMP_TYPE)
-            .is_some_and(|(v, _)| v == "LogAppendTime")
-    }
-    pub fn produce_policy(&self) -> ProducePolicy {
-        ProducePolicy {
-            compact: self.compact(),
-            timestamp_window_ms: (!self.log_append_time()).then(|| {
-                (
-                    self.number(MESSAGE_TIMESTAMP_BEFORE_MAX_MS).max(0),
-                    self.number(MESSAGE_TIMESTAMP_AFTER_MAX_MS).max(0),
-                )
-            }),
-            compression: self.compression(),
-            flush_messages: self.flush_messages(),
-            flush_ms: self.flush_ms(),
-        }
-    }
-    /// The codec batches are stored in and its level: `None` keeps the
-    /// producer's codec. Codec ids are the batch attribute's.
-    pub fn compression(&self) -> Option<(i16, Option<i32>)> {
+    /// The effective values, parsed. Values were validated when set, so one
+    /// that does not parse (only a hand-edited file has one) takes the
+    /// nearest valid reading instead of failing.
+    pub fn settings(&self) -> TopicSettings {
+        let cleanup: Vec<&str> = self
+            .get(CLEANUP_POLICY)
+            .map(|(v, _)| list_items(v))
+            .unwrap_or_default();
+        let compact = cleanup.contains(&"compact");
+        let log_append_time = self
+            .get(MESSAGE_TIMESTAMP_TYPE)
+            .is_some_and(|(v, _)| v == "LogAppendTime");
         let level = |name| Some(self.number(name) as i32);
-        match self.get(COMPRESSION_TYPE).map_or("producer", |(v, _)| v) {
+        let compression = match self.get(COMPRESSION_TYPE).map_or("producer", |(v, _)| v) {
             "uncompressed" => Some((0, None)),
             "gzip" => Some((1, level(COMPRESSION_GZIP_LEVEL))),
             "snappy" => Some((2, None)),
             "lz4" => Some((3, level(COMPRESSION_LZ4_LEVEL))),
             "zstd" => Some((4, level(COMPRESSION_ZSTD_LEVEL))),
             _ => None,
+        };
+        // Kafka's default for flush.*, Long.MAX_VALUE, means never.
+        let unless_max = |name| Some(self.number(name)).filter(|&n| n < i64::MAX);
+        let unless_negative = |name| Some(self.number(name)).filter(|&n| n >= 0);
+        TopicSettings {
+            append: AppendConfig {
+                max_message_bytes: self.number(MAX_MESSAGE_BYTES).max(0) as usize,
+                segment_bytes: self.number(SEGMENT_BYTES).max(14) as u64,
+                segment_ms: self.number(SEGMENT_MS).max(1),
+                segment_jitter_ms: self.number(SEGMENT_JITTER_MS).max(0),
+                index_interval_bytes: self.number(INDEX_INTERVAL_BYTES).max(0) as u64,
+                log_append_time,
+                compact,
+            },
+            produce: ProducePolicy {
+                compact,
+                timestamp_window_ms: (!log_append_time).then(|| {
+                    (
+                        self.number(MESSAGE_TIMESTAMP_BEFORE_MAX_MS).max(0),
+                        self.number(MESSAGE_TIMESTAMP_AFTER_MAX_MS).max(0),
+                    )
+                }),
+                compression,
+                flush_messages: unless_max(FLUSH_MESSAGES),
+                flush_ms: unless_max(FLUSH_MS),
+            },
+            cleanup: CleanupPolicy {
+                delete: cleanup.contains(&"delete"),
+                compact,
+            },
+            retention_ms: unless_negative(RETENTION_MS),
+            retention_bytes: unless_negative(RETENTION_BYTES),
+            min_compaction_lag_ms: self.number(MIN_COMPACTION_LAG_MS).max(0),
+            max_compaction_lag_ms: self.number(MAX_COMPACTION_LAG_MS).max(0),
+            min_cleanable_dirty_ratio: self
+                .get("min.cleanable.dirty.ratio")
+                .and_then(|(v, _)| v.parse::<f64>().ok())
+                .filter(|r| (0.0..=1.0).contains(r))
+                .unwrap_or(0.5),
+            delete_retention_ms: self.number(DELETE_RETENTION_MS).max(0),
+            compaction: match self.get(COMPACTION_POLICY) {
+                Some(("none", _)) => CompactionPolicy::None,
+                _ => CompactionPolicy::Leveled,
+            },
+            compaction_fanout: self.number(COMPACTION_FANOUT).max(2) as usize,
+            compaction_max_segment_bytes: self
+                .number(COMPACTION_MAX_SEGMENT_BYTES)
+                .clamp(1, u32::MAX as i64) as u64,
         }
     }
-    /// `flush.messages` and `flush.ms`, `None` where unset (Kafka's
-    /// default, Long.MAX_VALUE, means never).
-    pub fn flush_messages(&self) -> Option<i64> {
-        Some(self.number(FLUSH_MESSAGES)).filter(|&n| n < i64::MAX)
-    }
-    pub fn flush_ms(&self) -> Option<i64> {
-        Some(self.number(FLUSH_MS)).filter(|&n| n < i64::MAX)
+}
+
+/// A topic's configuration, parsed once when it changes and read by field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicSettings {
+    /// What appends check and how segments roll.
+    pub append: AppendConfig,
+    /// What produce checks and how batches are stored.
+    pub produce: ProducePolicy,
+    pub cleanup: CleanupPolicy,
+    /// `retention.ms`; `None`: kept forever.
+    pub retention_ms: Option<i64>,
+    /// `retention.bytes`; `None`: no limit.
+    pub retention_bytes: Option<i64>,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`, in [0, 1].
+    pub min_cleanable_dirty_ratio: f64,
+    pub delete_retention_ms: i64,
+    pub compaction: CompactionPolicy,
+    pub compaction_fanout: usize,
+    pub compaction_max_segment_bytes: u64,
+}
+
+/// `cleanup.policy`: `delete`, `compact` or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+/// `strata.compaction.policy`: how sealed segments merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionPolicy {
+    /// Contiguous segments of one level merge into the next.
+    Leveled,
+    /// Never merged (the compaction job topic itself).
+    None,
+}
+
+impl CompactionPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            CompactionPolicy::Leveled => "leveled",
+            CompactionPolicy::None => "none",
+        }
     }
 }
 
@@ -545,8 +579,8 @@ mod tests {
         assert_eq!(c.get("retention.ms"), Some(("5", true)));
         c.set("retention.ms", None).unwrap();
         assert_eq!(c.get("retention.ms"), Some(("604800000", false)));
-        assert_eq!(c.compression(), None);
+        assert_eq!(c.settings().produce.compression, None);
         c.set("compression.type", Some("zstd")).unwrap();
-        assert_eq!(c.compression(), Some((4, Some(3))));
+        assert_eq!(c.settings().produce.compression, Some((4, Some(3))));
     }
 }

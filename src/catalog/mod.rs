@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::log::index::write_synced;
 use crate::log::{AppendConfig, LogError, Partition, Visibility};
 use crate::metrics::Timer;
-pub use config::{ProducePolicy, TopicConfig};
+pub use config::{ProducePolicy, TopicConfig, TopicSettings};
 use producer_ids::ProducerIdAllocator;
 
 const CLUSTER_FILE: &str = "cluster.json";
@@ -115,7 +115,8 @@ pub struct Topic {
     name: String,
     id: Uuid,
     dir: PathBuf,
-    config: RwLock<TopicConfig>,
+    /// The overrides as given, and parsed.
+    config: RwLock<(TopicConfig, Arc<TopicSettings>)>,
     partitions: RwLock<Vec<Arc<Partition>>>,
     traffic: Traffic,
     sync_timer: Timer,
@@ -153,7 +154,11 @@ impl Topic {
         self.id
     }
     pub fn config(&self) -> TopicConfig {
-        self.config.read().clone()
+        self.config.read().0.clone()
+    }
+    /// The effective configuration, parsed when it last changed.
+    pub fn settings(&self) -> Arc<TopicSettings> {
+        self.config.read().1.clone()
     }
     pub fn partition_count(&self) -> usize {
         self.partitions.read().len()
@@ -174,20 +179,15 @@ impl Topic {
     }
 
     pub fn append_config(&self) -> AppendConfig {
-        let c = self.config.read();
-        AppendConfig {
-            max_message_bytes: c.max_message_bytes(),
-            segment_bytes: c.segment_bytes(),
-            segment_ms: c.segment_ms(),
-            segment_jitter_ms: c.segment_jitter_ms(),
-            index_interval_bytes: c.index_interval_bytes(),
-            log_append_time: c.log_append_time(),
-            compact: c.compact(),
-        }
+        self.config.read().1.append
     }
 
     pub fn produce_policy(&self) -> ProducePolicy {
-        self.config.read().produce_policy()
+        self.config.read().1.produce
+    }
+
+    fn set_config(&self, config: TopicConfig) {
+        *self.config.write() = parsed(config);
     }
 
     fn persist(&self) -> Result<(), CatalogError> {
@@ -210,6 +210,12 @@ impl Topic {
         }
         Ok(())
     }
+}
+
+/// A topic's overrides with their parsed reading.
+fn parsed(config: TopicConfig) -> (TopicConfig, Arc<TopicSettings>) {
+    let settings = Arc::new(config.settings());
+    (config, settings)
 }
 
 /// A data directory before the catalog opens it: what a restore from the
@@ -324,7 +330,7 @@ impl Catalog {
                 name: name.clone(),
                 id: file.id,
                 dir: entry.path(),
-                config: RwLock::new(file.config),
+                config: RwLock::new(parsed(file.config)),
                 partitions: RwLock::new(Vec::new()),
                 traffic: Traffic::default(),
                 sync_timer: sync_timer.clone(),
@@ -440,12 +446,12 @@ impl Catalog {
         if let Some(t) = self.topic(name) {
             if t.id == id {
                 let grown = t.partition_count() < partitions as usize;
-                let changed = *t.config.read() != config;
+                let changed = t.config.read().0 != config;
                 if grown {
                     t.open_partitions(partitions as usize)?;
                 }
                 if changed {
-                    *t.config.write() = config;
+                    t.set_config(config);
                 }
                 if grown || changed {
                     t.persist()?;
@@ -475,7 +481,7 @@ impl Catalog {
             name: name.to_string(),
             id,
             dir,
-            config: RwLock::new(config),
+            config: RwLock::new(parsed(config)),
             partitions: RwLock::new(Vec::new()),
             traffic: Traffic::default(),
             sync_timer: self.sync_timer.clone(),
@@ -551,7 +557,7 @@ impl Catalog {
             return Ok(());
         }
         let topic = self.topic(name).ok_or(CatalogError::UnknownTopic)?;
-        *topic.config.write() = next;
+        topic.set_config(next);
         topic.persist()
     }
 

@@ -203,7 +203,12 @@ impl Runner {
     ) -> Result<(TieredSegment, MergeStats), CompactionError> {
         let opts = MergeOptions {
             keep_last_batch: ends_at_end,
-            ..MergeOptions::for_topic(&job.config, job.target_level, includes_oldest, now_ms())
+            ..MergeOptions::for_topic(
+                &job.config.settings(),
+                job.target_level,
+                includes_oldest,
+                now_ms(),
+            )
         };
         let base = segments[0].base_offset;
         let store = self.store.clone();

@@ -28,20 +28,21 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
         )));
     };
     let config = file.config;
-    let policy = policy::for_topic(&config);
+    let settings = config.settings();
+    let policy = policy::for_topic(&settings);
     let mut out = String::new();
     let _ = writeln!(
         out,
         "topic {topic} (id {}), {} partitions, cleanup.policy={}, compaction: {} fan-out {}",
         file.id,
         file.partitions,
-        if config.compact() {
+        if settings.cleanup.compact {
             "compact"
         } else {
             "delete"
         },
-        config.compaction_policy(),
-        config.compaction_fanout()
+        settings.compaction.name(),
+        settings.compaction_fanout
     );
     let now = now_ms();
     for p in 0..file.partitions as i32 {
@@ -85,7 +86,7 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
             .map_or("-".into(), |s| {
                 format!("{:.1} s", (now - s.max_timestamp).max(0) as f64 / 1000.0)
             });
-        let dirty = if config.compact() {
+        let dirty = if settings.cleanup.compact {
             format!(", dirty ratio {:.2}", policy::dirty_share(&descs))
         } else {
             String::new()

@@ -39,7 +39,7 @@ use bytes::BufMut;
 
 use super::io::{KeyIndexSink, SegmentSink, SegmentSource};
 use super::CompactionError;
-use crate::catalog::config::TopicConfig;
+use crate::catalog::config::TopicSettings;
 use crate::format::batch::{
     compute_crc, BatchHeader, BatchStream, ATTRIBUTES_OFFSET, BASE_TIMESTAMP_OFFSET,
     BATCH_LENGTH_OFFSET, CODEC_MASK, CRC_OFFSET, HEADER_LEN, LOG_OVERHEAD, MAX_TIMESTAMP_OFFSET,
@@ -89,21 +89,21 @@ impl MergeOptions {
     /// `target_level`; `includes_oldest` says whether the first source is
     /// the partition's oldest segment.
     pub fn for_topic(
-        config: &TopicConfig,
+        config: &TopicSettings,
         target_level: u32,
         includes_oldest: bool,
         now_ms: i64,
     ) -> MergeOptions {
         MergeOptions {
-            mode: if config.compact() {
+            mode: if config.cleanup.compact {
                 MergeMode::Compact
             } else {
                 MergeMode::Concatenate
             },
             target_level,
-            keep_newer_than: now_ms.saturating_sub(config.min_compaction_lag_ms()),
+            keep_newer_than: now_ms.saturating_sub(config.min_compaction_lag_ms),
             tombstone_cutoff: includes_oldest
-                .then(|| now_ms.saturating_sub(config.delete_retention_ms())),
+                .then(|| now_ms.saturating_sub(config.delete_retention_ms)),
             keep_last_batch: false,
             now_ms,
         }

@@ -39,7 +39,7 @@
 //! segments listed in a tiered-storage manifest; the active segment is never
 //! offered.
 
-use crate::catalog::config::TopicConfig;
+use crate::catalog::config::{CompactionPolicy as Configured, TopicSettings};
 use crate::format::key_sketch::{KeySketch, KeyStats};
 use crate::format::segment::SegmentMeta;
 use crate::manifest::TieredSegment;
@@ -158,27 +158,25 @@ pub struct Leveled {
     pub min_compaction_lag_ms: i64,
 }
 
-pub const POLICY_LEVELED: &str = "leveled";
-pub const POLICY_NONE: &str = "none";
-
 /// Merged segments must keep byte positions and relative offsets in 32 bits.
 const MAX_SPAN: i64 = u32::MAX as i64;
 
 /// The policy a topic's configuration selects.
-pub fn for_topic(cfg: &TopicConfig) -> Box<dyn CompactionPolicy> {
-    if cfg.compaction_policy() == POLICY_NONE {
+pub fn for_topic(cfg: &TopicSettings) -> Box<dyn CompactionPolicy> {
+    if cfg.compaction == Configured::None {
         return Box::new(NoCompaction);
     }
+    let compact = cfg.cleanup.compact;
     Box::new(Leveled {
-        fanout: cfg.compaction_fanout(),
-        max_segment_bytes: cfg.compaction_max_segment_bytes(),
-        max_compaction_lag_ms: if cfg.compact() {
-            cfg.max_compaction_lag_ms()
+        fanout: cfg.compaction_fanout,
+        max_segment_bytes: cfg.compaction_max_segment_bytes,
+        max_compaction_lag_ms: if compact {
+            cfg.max_compaction_lag_ms
         } else {
             i64::MAX
         },
-        dirty_ratio: cfg.compact().then(|| cfg.min_cleanable_dirty_ratio()),
-        min_compaction_lag_ms: cfg.min_compaction_lag_ms(),
+        dirty_ratio: compact.then_some(cfg.min_cleanable_dirty_ratio),
+        min_compaction_lag_ms: cfg.min_compaction_lag_ms,
     })
 }
 

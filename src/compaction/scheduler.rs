@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::job::{JobSpec, JOBS_TOPIC};
 use super::policy::{self, SegmentDesc};
-use crate::catalog::config::COMPACTION_POLICY;
+use crate::catalog::config::{CompactionPolicy, COMPACTION_POLICY};
 use crate::catalog::{Catalog, CatalogError, Topic, TopicSpec};
 use crate::clock::SharedClock;
 
@@ -74,7 +74,7 @@ impl Scheduler {
                 ("retention.ms", "86400000".into()),
                 ("segment.bytes", "16777216".into()),
                 // Merging the job log itself would only queue more jobs.
-                (COMPACTION_POLICY, policy::POLICY_NONE.into()),
+                (COMPACTION_POLICY, CompactionPolicy::None.name().into()),
             ],
         }
     }
@@ -108,7 +108,8 @@ impl Scheduler {
             .map(SegmentDesc::from)
             .collect();
         let now = self.clock.now_ms();
-        let jobs = policy::disjoint_jobs(policy::for_topic(&config).as_ref(), &descs, now);
+        let jobs =
+            policy::disjoint_jobs(policy::for_topic(&topic.settings()).as_ref(), &descs, now);
         let mut outstanding = self.outstanding.lock();
         if let Some(o) = outstanding.get_mut(&key) {
             let present: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();

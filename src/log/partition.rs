@@ -58,7 +58,7 @@ enum Upto {
 }
 
 /// The topic configuration an append needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendConfig {
     pub max_message_bytes: usize,
     pub segment_bytes: u64,

@@ -133,8 +133,8 @@ impl Drop for Permit {
 
 #[cfg(test)]
 mod tests {
-    use crate::server::config::parse_ip_overrides;
     use super::*;
+    use crate::server::config::parse_ip_overrides;
 
     #[test]
     fn per_ip_quota_and_overrides_and_slots_come_back() {

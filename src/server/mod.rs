@@ -29,9 +29,9 @@ use crate::auth::{
     self,
     credentials::{Change, Credentials},
 };
+use crate::catalog::config::CompactionPolicy;
 use crate::catalog::Catalog;
 use crate::clock::{self, SharedClock};
-use crate::compaction::policy::POLICY_NONE;
 use crate::compaction::scheduler::Scheduler;
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::coordinator::txn::TxnCoordinator;
@@ -395,7 +395,7 @@ async fn schedule_compactions(
             _ = tick.tick() => {}
         }
         for topic in catalog.topics() {
-            if topic.config().compaction_policy() == POLICY_NONE {
+            if topic.settings().compaction == CompactionPolicy::None {
                 continue;
             }
             for index in 0..topic.partition_count() as i32 {

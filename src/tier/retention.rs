@@ -51,24 +51,15 @@ impl Retention {
         remote: &TieredPartition,
     ) -> Result<(), TierError> {
         let m = remote.manifest();
-        let cfg = topic.config();
-        let number = |name: &str| {
-            cfg.get(name)
-                .and_then(|(v, _)| v.parse::<i64>().ok())
-                .unwrap_or(-1)
-        };
-        let deletes = cfg
-            .get("cleanup.policy")
-            .is_some_and(|(v, _)| v.split(',').any(|p| p.trim() == "delete"));
+        let cfg = topic.settings();
         let mut start = partition.log_start_offset();
-        if deletes {
+        if cfg.cleanup.delete {
             let live: Vec<&TieredSegment> = m
                 .segments
                 .iter()
                 .filter(|s| s.next_offset > start)
                 .collect();
-            let retention_ms = number("retention.ms");
-            if retention_ms >= 0 {
+            if let Some(retention_ms) = cfg.retention_ms {
                 let cutoff = self.partitions.clock.now_ms().saturating_sub(retention_ms);
                 for s in &live {
                     if s.max_timestamp >= cutoff {
@@ -77,8 +68,7 @@ impl Retention {
                     start = start.max(s.next_offset);
                 }
             }
-            let retention_bytes = number("retention.bytes");
-            if retention_bytes >= 0 {
+            if let Some(retention_bytes) = cfg.retention_bytes {
                 let tiered_end = m.end_offset().unwrap_or(i64::MIN);
                 let local: u64 = partition
                     .local_segment_sizes()

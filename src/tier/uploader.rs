@@ -152,7 +152,7 @@ impl Uploader {
             .collect();
         if !todo.is_empty() {
             let mut uploaded = Vec::with_capacity(todo.len());
-            let compact = topic.config().compact();
+            let compact = topic.settings().cleanup.compact;
             for meta in &todo {
                 let mut tiered = TieredSegment::from_meta(
                     segment_key(&remote.prefix, meta.base_offset, meta.level),
