@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
 use super::records::RecordKey;
@@ -169,7 +169,7 @@ impl OffsetsStore {
                 pos += h.size;
             }
             let mut data = slice.records;
-            let sets = RecordBatchDecoder::decode_all(&mut data)
+            let sets = crate::format::records::decode_batches(&mut data)
                 .map_err(|e| LogError::Corrupt(e.to_string()))?;
             offset = next;
             for record in sets.into_iter().flat_map(|s| s.records) {

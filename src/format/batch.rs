@@ -11,7 +11,7 @@ use std::io::Read;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
 use super::FormatError;
@@ -310,7 +310,7 @@ pub fn first_record(
             .map(|o| (o, ts)));
     }
     let mut buf = data.clone();
-    let set = RecordBatchDecoder::decode(&mut buf)
+    let set = super::records::decode_batch(&mut buf)
         .map_err(|e| FormatError::Corrupt(format!("undecodable batch: {e}")))?;
     Ok(set
         .records

@@ -12,8 +12,6 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use kafka_protocol::records::RecordBatchDecoder;
-
 use super::segment::sync_dir;
 use super::LogError;
 use crate::format::batch::{BatchHeader, BatchStream};
@@ -21,7 +19,7 @@ use crate::format::key_index::{
     merge_sorted, sort_dedup, KeyEntry, KeyIndexReader, KeyIndexWriter, ProducerLast,
 };
 use crate::format::key_sketch::{KeySketch, KeyStats};
-use crate::format::records::key_hash;
+use crate::format::records::{decode_batch, key_hash};
 use crate::format::segment::{file_name, KEY_INDEX_EXT};
 
 /// Entries held in memory while building before a run is spilled: about
@@ -214,8 +212,9 @@ pub fn add_batch_records(
     if header.is_control() || header.record_count == 0 {
         return Ok(());
     }
-    let mut buf = bytes;
-    let set = RecordBatchDecoder::decode(&mut buf)
+    // The capped decoder reads `Bytes`; kafka-protocol copied a slice's
+    // batch into `Bytes` before decoding it anyway.
+    let set = decode_batch(&mut bytes::Bytes::copy_from_slice(bytes))
         .map_err(|e| LogError::Corrupt(format!("batch at offset {}: {e}", header.base_offset)))?;
     for r in &set.records {
         let Some(key) = &r.key else { continue };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use kafka_protocol::records::Compression;
 
 use crate::catalog::{Catalog, CatalogError, TopicSpec};
 use crate::clock::SharedClock;
@@ -102,7 +102,7 @@ impl TxnStore {
                 return Ok(());
             }
             let mut data = slice.records;
-            let sets = RecordBatchDecoder::decode_all(&mut data)
+            let sets = crate::format::records::decode_batches(&mut data)
                 .map_err(|e| LogError::Corrupt(e.to_string()))?;
             offset = next;
             for record in sets.into_iter().flat_map(|s| s.records) {

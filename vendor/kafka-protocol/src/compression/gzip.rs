@@ -39,12 +39,14 @@ impl<B: ByteBuf> Decompressor<B> for Gzip {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        // Strata: into a capped sink, so a bomb stops at the cap.
-        let mut d = GzDecoder::new(super::CappedWriter(Vec::new()));
+        let mut tmp = BytesMut::new();
+
+        // Decompress directly from the input buffer
+        let mut d = GzDecoder::new((&mut tmp).writer());
         d.write_all(&buf.copy_to_bytes(buf.remaining()))
             .context("Failed to decompress gzip")?;
-        let mut tmp = Bytes::from(d.finish().context("Failed to decompress gzip")?.0);
+        d.finish().context("Failed to decompress gzip")?;
 
-        f(&mut tmp)
+        f(&mut tmp.into())
     }
 }

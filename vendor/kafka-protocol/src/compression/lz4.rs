@@ -42,8 +42,7 @@ impl<B: ByteBuf> Decompressor<B> for Lz4 {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        // Strata: into a capped sink, so a bomb stops at the cap.
-        let mut tmp = super::CappedWriter(Vec::new());
+        let mut tmp = BytesMut::new().writer();
 
         // Allocate a temporary buffer to hold the uncompressed bytes
         let buf = buf.copy_to_bytes(buf.remaining());
@@ -51,7 +50,7 @@ impl<B: ByteBuf> Decompressor<B> for Lz4 {
         let mut decoder = Decoder::new(buf.reader()).context("Failed to decompress lz4")?;
         io::copy(&mut decoder, &mut tmp).context("Failed to decompress lz4")?;
 
-        f(&mut Bytes::from(tmp.0))
+        f(&mut tmp.into_inner().into())
     }
 }
 

@@ -81,7 +81,6 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
-            check_declared_len(actual_len, compressed.len(), 0)?;
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -105,11 +104,6 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
-            check_declared_len(
-                uncompressed_block_length,
-                compressed_block.len(),
-                uncompressed.len(),
-            )?;
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),
@@ -126,22 +120,6 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
         f(&mut uncompressed.into())
     }
-}
-
-/// Strata: a snappy block's header declares its uncompressed length, which
-/// is allocated (and zeroed) before the block is decoded. Snappy's densest
-/// element, a 3-byte copy of 64 bytes, expands at most 64/3 times, so a
-/// declared length beyond that of the block is a lie; so is one that would
-/// take the whole output past the cap.
-fn check_declared_len(declared: usize, compressed: usize, so_far: usize) -> Result<()> {
-    if declared > compressed.saturating_mul(22).saturating_add(32)
-        || so_far.saturating_add(declared) > super::MAX_DECOMPRESSED_BYTES
-    {
-        anyhow::bail!(
-            "snappy block of {compressed} bytes declares {declared} uncompressed bytes"
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

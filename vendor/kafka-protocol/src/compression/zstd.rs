@@ -34,14 +34,12 @@ impl<B: ByteBuf> Decompressor<B> for Zstd {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        // Strata: into a capped sink, so a bomb (or a frame header declaring
-        // a huge content size) stops at the cap.
-        let mut tmp = super::CappedWriter(Vec::new());
+        let mut tmp = BytesMut::new().writer();
         // Allocate a temporary buffer to hold the uncompressed bytes
         let buf = buf.copy_to_bytes(buf.remaining());
         zstd::stream::copy_decode(buf.reader(), &mut tmp).context("Failed to decompress zstd")?;
 
-        f(&mut Bytes::from(tmp.0))
+        f(&mut tmp.into_inner().into())
     }
 }
 

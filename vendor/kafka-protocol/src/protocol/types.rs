@@ -1004,7 +1004,10 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
                 // Strata: every element takes at least one byte, so a count
                 // beyond the bytes left is a lie; never allocate for it.
                 if n as usize > buf.remaining() {
-                    bail!("Array length {n} exceeds the {} bytes left", buf.remaining());
+                    bail!(
+                        "Array length {n} exceeds the {} bytes left",
+                        buf.remaining()
+                    );
                 }
                 let mut result = Vec::with_capacity(n as usize);
                 for _ in 0..n {
@@ -1116,7 +1119,11 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             n => {
                 // Strata: see Array above.
                 if (n - 1) as usize > buf.remaining() {
-                    bail!("CompactArray length {} exceeds the {} bytes left", n - 1, buf.remaining());
+                    bail!(
+                        "CompactArray length {} exceeds the {} bytes left",
+                        n - 1,
+                        buf.remaining()
+                    );
                 }
                 let mut result = Vec::with_capacity((n - 1) as usize);
                 for _ in 1..n {
