@@ -495,10 +495,18 @@ impl World {
         let serving: Shared<BTreeMap<i32, i32>> = Default::default();
         let scope = serving.clone();
         let opened = async {
+            // In the server's order: the write-ahead log, then what writes to it.
+            wal::fence(&store, id, id).await?;
+            let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
+            let sinks = wal.clone();
             let catalog = Arc::new(Catalog::open(
                 &dir,
                 CatalogSettings {
                     visibility: Visibility::Durable,
+                    head_sinks: Some(Arc::new(move |topic, index| {
+                        Arc::new(sinks.partition(topic, index))
+                    })),
+                    backpressure: None,
                 },
             )?);
             let config = TopicConfig {
@@ -513,8 +521,6 @@ impl World {
             };
             let tier =
                 Tier::open(store.clone(), catalog.clone(), settings, self.clock.clone()).await?;
-            wal::fence(&store, id, id).await?;
-            let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
             anyhow::Ok((catalog, tier, wal))
         };
         let (catalog, tier, wal) = match opened.await {
@@ -524,10 +530,6 @@ impl World {
                 return;
             }
         };
-        let topic = catalog.topic(TOPIC).unwrap();
-        for (index, partition) in topic.partitions().into_iter().enumerate() {
-            partition.attach_head_sink(Arc::new(wal.partition(TOPIC_ID, index as i32)));
-        }
         let mut tasks = JoinSet::new();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         tasks.spawn(wal.clone().run(stopped));

@@ -11,7 +11,7 @@ pub mod producer_ids;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::log::index::write_synced;
-use crate::log::{AppendConfig, LogError, Partition, Visibility};
+use crate::log::{AppendConfig, HeadSink, LogError, Partition, PartitionSettings, Visibility};
 use crate::metrics::Timer;
 pub use config::{ProducePolicy, TopicConfig, TopicSettings};
 use producer_ids::ProducerIdAllocator;
@@ -120,7 +120,8 @@ pub struct Topic {
     partitions: RwLock<Vec<Arc<Partition>>>,
     traffic: Traffic,
     sync_timer: Timer,
-    visibility: Visibility,
+    /// How its partitions are opened.
+    settings: CatalogSettings,
 }
 
 /// Bytes and records produced to and fetched from a topic since the broker
@@ -204,8 +205,17 @@ impl Topic {
     fn open_partitions(&self, count: usize) -> Result<(), CatalogError> {
         let mut parts = self.partitions.write();
         while parts.len() < count {
-            let p = Partition::open(&self.dir.join(parts.len().to_string()), self.visibility)?;
-            p.time_syncs(self.sync_timer.clone());
+            let index = parts.len() as i32;
+            let settings = PartitionSettings {
+                visibility: self.settings.visibility,
+                sync_timer: Some(self.sync_timer.clone()),
+                head_sink: self.settings.head_sinks.as_ref().map(|f| f(self.id, index)),
+                backpressure: match self.is_internal() {
+                    true => None,
+                    false => self.settings.backpressure.clone(),
+                },
+            };
+            let p = Partition::open(&self.dir.join(index.to_string()), settings)?;
             parts.push(Arc::new(p));
         }
         Ok(())
@@ -278,11 +288,21 @@ fn write_cluster_file(data_dir: &Path, cluster_id: &str) -> Result<(), CatalogEr
 }
 
 /// How the catalog opens partitions.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct CatalogSettings {
     /// How far readers see each partition's log.
     pub visibility: Visibility,
+    /// Cluster mode: what makes each partition's appends durable (its
+    /// part of the write-ahead log), by topic id and partition index.
+    pub head_sinks: Option<HeadSinks>,
+    /// The broker-wide flag that refuses appends to user topics while
+    /// uploads lag. Internal topics are exempt: consumers and transactions
+    /// stall without their small writes.
+    pub backpressure: Option<Arc<AtomicBool>>,
 }
+
+/// The head sink of a partition, by topic id and index.
+pub type HeadSinks = Arc<dyn Fn(Uuid, i32) -> Arc<dyn HeadSink> + Send + Sync>;
 
 pub struct Catalog {
     root: PathBuf,
@@ -290,7 +310,7 @@ pub struct Catalog {
     pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
     sync_timer: Timer,
-    visibility: Visibility,
+    settings: CatalogSettings,
 }
 
 /// `cluster.json`; the tier keeps a copy in the object store.
@@ -334,7 +354,7 @@ impl Catalog {
                 partitions: RwLock::new(Vec::new()),
                 traffic: Traffic::default(),
                 sync_timer: sync_timer.clone(),
-                visibility: settings.visibility,
+                settings: settings.clone(),
             };
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
@@ -354,7 +374,7 @@ impl Catalog {
             cluster_id,
             producer_ids,
             sync_timer,
-            visibility: settings.visibility,
+            settings,
         })
     }
 
@@ -485,7 +505,7 @@ impl Catalog {
             partitions: RwLock::new(Vec::new()),
             traffic: Traffic::default(),
             sync_timer: self.sync_timer.clone(),
-            visibility: self.visibility,
+            settings: self.settings.clone(),
         };
         topic.open_partitions(partitions as usize)?;
         topic.persist()?;

@@ -69,9 +69,6 @@ impl OffsetsStore {
     ) -> Result<OffsetsStore, CatalogError> {
         let topic = OffsetsStore::topic_spec(config).ensure(catalog)?;
         let partition = topic.partition(0).ok_or(CatalogError::UnknownTopic)?;
-        // Commits are small and consumers stall without them, so they must
-        // not wait behind lagging uploads of user data.
-        partition.exempt_from_backpressure();
         let append_config = AppendConfig {
             max_message_bytes: usize::MAX,
             ..topic.append_config()

@@ -13,7 +13,9 @@ pub mod producer_state;
 pub mod remote;
 pub mod segment;
 
-pub use partition::{AppendConfig, AppendOutcome, FetchSlice, Partition, RestorePoint, Visibility};
+pub use partition::{
+    AppendConfig, AppendOutcome, FetchSlice, Partition, PartitionSettings, RestorePoint, Visibility,
+};
 pub use remote::{DurableMark, HeadSink, RemoteFuture, RemoteLog};
 
 #[derive(Debug, thiserror::Error)]

@@ -94,6 +94,29 @@ pub struct FetchSlice {
     pub aborted: Vec<AbortedTxn>,
 }
 
+/// What a partition is opened with, besides its directory.
+#[derive(Clone, Default)]
+pub struct PartitionSettings {
+    /// How far readers see the log.
+    pub visibility: Visibility,
+    /// Where fsync latencies go.
+    pub sync_timer: Option<Timer>,
+    /// Makes appends durable instead of fsync (cluster mode: the write-ahead log).
+    pub head_sink: Option<Arc<dyn HeadSink>>,
+    /// The broker-wide flag that refuses appends while uploads lag; `None`:
+    /// never refused (internal topics, whose writes are small and urgent).
+    pub backpressure: Option<Arc<AtomicBool>>,
+}
+
+impl From<Visibility> for PartitionSettings {
+    fn from(visibility: Visibility) -> PartitionSettings {
+        PartitionSettings {
+            visibility,
+            ..Default::default()
+        }
+    }
+}
+
 pub struct Partition {
     dir: PathBuf,
     state: Mutex<State>,
@@ -104,15 +127,15 @@ pub struct Partition {
     /// Offsets below the first local segment, once the tier attached it.
     remote: OnceLock<Arc<dyn RemoteLog>>,
     /// Set by the tier while too many sealed bytes wait for upload.
-    backpressure: OnceLock<Arc<AtomicBool>>,
+    backpressure: Option<Arc<AtomicBool>>,
     /// Makes appends durable instead of fsync (cluster mode).
-    head_sink: OnceLock<Arc<dyn HeadSink>>,
+    head_sink: Option<Arc<dyn HeadSink>>,
     /// Stamped into every batch appended; a single broker stays at 0.
     leader_epoch: AtomicI32,
     /// When the last fsync finished (or the partition opened), for `flush.ms`.
     last_sync_ms: AtomicI64,
-    /// Where fsync latencies go, once the catalog attached it.
-    sync_timer: OnceLock<Timer>,
+    /// Where fsync latencies go.
+    sync_timer: Option<Timer>,
 }
 
 struct State {
@@ -169,7 +192,8 @@ impl Partition {
     /// segment and rebuilding the producer state and the leader epoch
     /// history from the newest snapshot and the batch headers after it.
     /// What survived on disk counts as durable.
-    pub fn open(dir: &Path, visibility: Visibility) -> Result<Partition, LogError> {
+    pub fn open(dir: &Path, settings: impl Into<PartitionSettings>) -> Result<Partition, LogError> {
+        let settings = settings.into();
         std::fs::create_dir_all(dir)?;
         let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
             .ok()
@@ -270,14 +294,14 @@ impl Partition {
             state: Mutex::new(state),
             end_offset: watch::Sender::new(end),
             durable: Arc::new(watch::Sender::new(end)),
-            visibility,
+            visibility: settings.visibility,
             sync_lock: tokio::sync::Mutex::new(()),
             remote: OnceLock::new(),
-            backpressure: OnceLock::new(),
-            head_sink: OnceLock::new(),
+            backpressure: settings.backpressure,
+            head_sink: settings.head_sink,
             leader_epoch: AtomicI32::new(0),
             last_sync_ms: AtomicI64::new(now),
-            sync_timer: OnceLock::new(),
+            sync_timer: settings.sync_timer,
         })
     }
 
@@ -331,12 +355,12 @@ impl Partition {
     fn check_writable(&self) -> Result<(), LogError> {
         if self
             .backpressure
-            .get()
+            .as_ref()
             .is_some_and(|b| b.load(Ordering::Relaxed))
         {
             return Err(LogError::Backpressure);
         }
-        if let Some(sink) = self.head_sink.get() {
+        if let Some(sink) = &self.head_sink {
             sink.check()?;
         }
         Ok(())
@@ -372,7 +396,7 @@ impl Partition {
             cfg.index_interval_bytes,
         )?;
         st.track(&stamped_header, marker);
-        if let Some(sink) = self.head_sink.get() {
+        if let Some(sink) = &self.head_sink {
             sink.submit(
                 &self.durable,
                 leader_epoch,
@@ -715,7 +739,7 @@ impl Partition {
         st.active_mut()
             .append(head, records, &header, now, cfg.index_interval_bytes)?;
         st.track(&header, marker);
-        if let Some(sink) = self.head_sink.get() {
+        if let Some(sink) = &self.head_sink {
             sink.submit(
                 &self.durable,
                 header.leader_epoch,
@@ -832,7 +856,7 @@ impl Partition {
     /// Waits until every offset below `end` is durable: in the head sink
     /// when one is attached, else on disk, syncing if nobody else is.
     pub async fn wait_durable(&self, end: i64) -> Result<(), LogError> {
-        if let Some(sink) = self.head_sink.get() {
+        if let Some(sink) = &self.head_sink {
             let mut durable = self.durable.subscribe();
             return tokio::select! {
                 biased;
@@ -883,7 +907,7 @@ impl Partition {
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
-        if let Some(t) = self.sync_timer.get() {
+        if let Some(t) = &self.sync_timer {
             t.observe(started.elapsed());
         }
         self.last_sync_ms.store(now_ms(), Ordering::Relaxed);
@@ -893,11 +917,6 @@ impl Partition {
             advanced
         });
         Ok(())
-    }
-
-    /// Records the latency of every fsync that makes appends durable.
-    pub fn time_syncs(&self, timer: Timer) {
-        let _ = self.sync_timer.set(timer);
     }
 
     /// Syncs the active segment from a blocking context (shutdown).
@@ -927,14 +946,9 @@ impl Partition {
         let _ = self.remote.set(remote);
     }
 
-    /// Makes appends durable through `sink` instead of fsync (once).
-    pub fn attach_head_sink(&self, sink: Arc<dyn HeadSink>) {
-        let _ = self.head_sink.set(sink);
-    }
-
     /// Whether appends are made durable by a head sink.
     pub fn has_head_sink(&self) -> bool {
-        self.head_sink.get().is_some()
+        self.head_sink.is_some()
     }
 
     /// The leader epoch stamped into batches from now on.
@@ -944,17 +958,6 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch.load(Ordering::Relaxed)
-    }
-
-    /// Shares the broker-wide flag that refuses appends while uploads lag.
-    pub fn attach_backpressure(&self, flag: Arc<AtomicBool>) {
-        let _ = self.backpressure.set(flag);
-    }
-
-    /// Keeps appends accepted whatever flag the tier attaches later (it
-    /// attaches once, so a flag that is never raised takes its place).
-    pub fn exempt_from_backpressure(&self) {
-        let _ = self.backpressure.set(Arc::new(AtomicBool::new(false)));
     }
 
     /// Whether `offset` lies below the first local segment with a remote
@@ -1448,9 +1451,13 @@ mod tests {
     #[tokio::test]
     async fn a_head_sink_holds_the_high_watermark_until_its_store_has_the_batch() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Arc::new(Partition::open(dir.path(), Visibility::Appended).unwrap());
         let sink = Arc::new(HeldSink::default());
-        p.attach_head_sink(sink.clone());
+        let settings = PartitionSettings {
+            visibility: Visibility::Appended,
+            head_sink: Some(sink.clone()),
+            ..Default::default()
+        };
+        let p = Arc::new(Partition::open(dir.path(), settings).unwrap());
         p.append(&make_batch(3, -1, -1, -1, 1), &cfg()).unwrap();
         assert_eq!((p.high_watermark(), p.end_offset()), (0, 3));
         assert!(p.read(0, 1 << 20, true).unwrap().records.is_empty());
@@ -1584,7 +1591,12 @@ mod tests {
     #[tokio::test]
     async fn offsets_below_released_segments_come_from_the_remote_part() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
+        let flag = Arc::new(AtomicBool::new(false));
+        let settings = PartitionSettings {
+            backpressure: Some(flag.clone()),
+            ..Default::default()
+        };
+        let p = Partition::open(dir.path(), settings).unwrap();
         for i in 0..50 {
             p.append(&make_batch(2, -1, -1, -1, 1000 + i), &cfg())
                 .unwrap();
@@ -1621,8 +1633,6 @@ mod tests {
         );
         assert_eq!(p.find_max_timestamp().await.unwrap(), Some((5, 5000)));
 
-        let flag = Arc::new(AtomicBool::new(false));
-        p.attach_backpressure(flag.clone());
         flag.store(true, Ordering::Relaxed);
         assert!(matches!(
             p.append(&make_batch(1, -1, -1, -1, 1), &cfg()),

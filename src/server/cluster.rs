@@ -167,18 +167,6 @@ fn sync_topics(node: &ClusterNode, catalog: &Catalog) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every local partition makes its appends durable through the write-ahead log.
-fn attach_wal(catalog: &Catalog, wal: &Arc<Wal>) {
-    for topic in catalog.topics() {
-        for (index, partition) in topic.partitions().into_iter().enumerate() {
-            if !partition.has_head_sink() {
-                let sink = wal.partition(topic.id(), index as i32);
-                partition.attach_head_sink(Arc::new(sink));
-            }
-        }
-    }
-}
-
 /// How often write-ahead log objects are checked for collection.
 const WAL_COLLECT_EVERY: Duration = Duration::from_secs(10);
 
@@ -216,7 +204,6 @@ impl Leadership {
     /// Follows the view until `stop`: topics mirrored, partitions taken over
     /// or released, everything dropped when the lease is lost.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        attach_wal(&self.catalog, &self.wal);
         let mut changes = self.node.view().subscribe();
         let mut lease = self.node.member().subscribe();
         let mut retry = tokio::time::interval(Duration::from_millis(500));
@@ -277,7 +264,6 @@ impl Leadership {
             if let Err(e) = sync_topics(&self.node, &self.catalog) {
                 tracing::warn!(error = %e, "mirroring topics from etcd failed");
             }
-            attach_wal(&self.catalog, &self.wal);
             let mine = state.partitions_led_by(self.node.node_id());
             for ((topic, partition), epoch) in self.node.served() {
                 let still = mine

@@ -14,6 +14,7 @@
 //! 7. `spawn_jobs` and `accept`: every background job and the accept loops.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
 use crate::api::{ApiSettings, Broker, InterBroker, Listeners, Services};
 use crate::auth::{self, credentials::Credentials};
-use crate::catalog::{Catalog, CatalogSettings};
+use crate::catalog::{Catalog, CatalogSettings, HeadSinks};
 use crate::clock::{SharedClock, SharedRandom};
 use crate::cluster::Endpoint;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
@@ -231,12 +232,21 @@ pub(super) async fn open_state(
     }
     // Consumers see only what is durable wherever durability is promised.
     let durable = (config.fsync == FsyncPolicy::Always && !config.null_sink) || joined.is_some();
+    let backpressure = Arc::new(AtomicBool::new(false));
     let catalog_settings = CatalogSettings {
         visibility: if durable {
             Visibility::Durable
         } else {
             Visibility::Appended
         },
+        // Cluster mode: appends are durable once in the write-ahead log.
+        head_sinks: joined.map(|j| {
+            let wal = j.wal.clone();
+            let sinks: HeadSinks =
+                Arc::new(move |topic, index| Arc::new(wal.partition(topic, index)));
+            sinks
+        }),
+        backpressure: Some(backpressure.clone()),
     };
     let data_dir = config.data_dir.clone();
     let catalog =
@@ -295,6 +305,7 @@ pub(super) async fn open_state(
         node_id: config.node_id,
         cache_bytes: config.cache_bytes,
         max_pending_upload_bytes: config.max_pending_upload_bytes,
+        backpressure,
         interval: Duration::from_millis(config.tier_interval_ms),
         orphan_min_age: Duration::from_millis(config.orphan_min_age_ms),
         orphan_scan_interval: Duration::from_millis(config.orphan_scan_interval_ms),

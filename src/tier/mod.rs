@@ -23,6 +23,7 @@ mod topics;
 mod uploader;
 mod wal_gc;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +92,9 @@ pub struct TierSettings {
     pub cache_bytes: u64,
     /// Sealed bytes allowed to wait for upload before produce is refused.
     pub max_pending_upload_bytes: u64,
+    /// Raised while more than that waits; the catalog's partitions of user
+    /// topics refuse appends while it is (`CatalogSettings::backpressure`).
+    pub backpressure: Arc<AtomicBool>,
     /// How often the jobs run.
     pub interval: Duration,
     /// Objects no manifest names are deleted once this old.
@@ -110,6 +114,7 @@ impl TierSettings {
             node_id,
             cache_bytes: 256 << 20,
             max_pending_upload_bytes: 8 << 30,
+            backpressure: Default::default(),
             interval: Duration::from_millis(500),
             orphan_min_age: Duration::from_secs(3600),
             orphan_scan_interval: Duration::from_secs(600),
@@ -157,6 +162,7 @@ impl Tier {
                 partitions.clone(),
                 settings.max_pending_upload_bytes,
                 settings.max_head_age,
+                settings.backpressure,
             ),
             retention: Retention::new(partitions.clone()),
             orphans: OrphanScan::new(

@@ -42,11 +42,12 @@ impl Uploader {
         partitions: Arc<TieredPartitions>,
         max_pending: u64,
         max_head_age: Option<Duration>,
+        backpressure: Arc<AtomicBool>,
     ) -> Uploader {
         Uploader {
             backoffs: Backoffs::new(partitions.clock.clone()),
             partitions,
-            backpressure: Arc::new(AtomicBool::new(false)),
+            backpressure,
             max_pending,
             head_max_age_ms: max_head_age.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
         }
@@ -64,7 +65,6 @@ impl Uploader {
         let mut pending = 0u64;
         let mut pending_segments = 0u64;
         for (topic, index, partition) in &work {
-            partition.attach_backpressure(self.backpressure.clone());
             let mut cfg = topic.append_config();
             if let Some(max) = self.head_max_age_ms {
                 cfg.segment_ms = cfg.segment_ms.min(max);

@@ -46,8 +46,6 @@ impl TxnStore {
     ) -> Result<TxnStore, CatalogError> {
         let topic = TxnStore::topic_spec(segment_bytes).ensure(catalog)?;
         let partition = topic.partition(0).ok_or(CatalogError::UnknownTopic)?;
-        // Transactions stall without it; it must not wait behind user uploads.
-        partition.exempt_from_backpressure();
         let append_config = AppendConfig {
             max_message_bytes: usize::MAX,
             ..topic.append_config()
