@@ -844,6 +844,17 @@ impl BrokerConfig {
                     .to_string(),
                 Int,
             ),
+            c(
+                "authorizer.class.name",
+                match self.authorizer {
+                    // What Kafka's own ACL authorizer is called; it behaves alike.
+                    Some(AuthorizerKind::Acl) => {
+                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into()
+                    }
+                    None => String::new(),
+                },
+                Str,
+            ),
             c("super.users", self.super_users.clone(), List),
             c(
                 "allow.everyone.if.no.acl.found",
