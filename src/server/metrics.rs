@@ -13,6 +13,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
+use prometheus_client::registry::Registry;
+
+use crate::api::metrics::RequestMetrics;
 use crate::api::{Broker, Route};
 use crate::catalog::Traffic;
 use crate::compaction::scheduler::Scheduler;
@@ -20,6 +23,15 @@ use crate::compaction::worker::MergeTotals;
 use crate::manifest::counted::{Op, RequestCounts};
 use crate::metrics::Timer;
 use crate::tier::Tier;
+
+/// What `/metrics` serves: the request metrics, and everything else read
+/// when scraped.
+pub fn registry(requests: &RequestMetrics, scraped: Scraped) -> Registry {
+    let mut registry = Registry::default();
+    requests.register(&mut registry);
+    registry.register_collector(Box::new(scraped));
+    registry
+}
 
 pub struct Scraped {
     pub broker: Arc<Broker>,

@@ -17,7 +17,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -110,17 +109,15 @@ impl Server {
         );
         let (local_addr, listener_addrs) = accept(listeners, &broker, &config, &mut jobs);
         if let (Some(health), Some(requests)) = (&health, metrics) {
-            let mut registry = Registry::default();
-            requests.register(&mut registry);
-            registry.register_collector(Box::new(metrics::Scraped {
+            let scraped = metrics::Scraped {
                 broker: broker.clone(),
                 tier: state.tier.clone(),
                 scheduler: state.scheduler.clone(),
                 store: store_requests.clone(),
                 merges,
-            }));
+            };
             let lease = joined.as_ref().map(|j| j.node.member().subscribe());
-            health.serving(registry, lease);
+            health.serving(metrics::registry(&requests, scraped), lease);
         }
         tracing::info!(%local_addr, data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
         Ok(Server {
