@@ -3,8 +3,9 @@
 //! (-9) or lost (-9 and their disk) by node id. A broker keeps its data
 //! directory and port across a stop, so starting it again is a restart.
 //!
-//! Clusters run one at a time per test binary: a handful of brokers and an
-//! etcd per test are all a small machine can keep within the lease TTL.
+//! Clusters run one at a time per test binary (all of `tests/it` is one): a
+//! handful of brokers and an etcd per test are all a small machine can keep
+//! within the lease TTL.
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! nothing acknowledged before may be lost, and once etcd is back the
 //! cluster must sort itself out without anyone restarting a broker.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! SASL listener, all under `--authorizer acl` where ANONYMOUS may do
 //! nothing and only the broker's principal is a super user.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Durability: records acknowledged with acks=all survive `kill -9` of the
 //! broker process, at the same offsets, and a torn tail is cut off on restart.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::time::Duration;

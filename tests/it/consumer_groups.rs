@@ -1,7 +1,7 @@
 //! Consumer groups with librdkafka: balancing, members leaving and crashing,
 //! static membership, and committed offsets that survive `kill -9`.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};

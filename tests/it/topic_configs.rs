@@ -4,7 +4,7 @@
 //! IncrementalAlterConfigs, KIP-467 record errors); and the configs that
 //! change behaviour are observed through a real producer and a fetch.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

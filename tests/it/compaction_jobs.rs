@@ -2,7 +2,7 @@
 //! broker's own worker or by `strata compact`, merging segments in the
 //! object store while librdkafka consumers read across the gaps.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;

@@ -4,10 +4,10 @@
 //! with -9 after it answered EndTxn but before its COMMIT/ABORT markers
 //! reached every partition: on restart the coordinator finishes the
 //! transaction from `__transaction_state`, so a read_committed consumer sees
-//! all of it, or none of an aborted one. (Fencing: tests/txn_coordinator.rs
+//! all of it, or none of an aborted one. (Fencing: tests/it/txn_coordinator.rs
 //! and the Java TransactionsTest.)
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! reader over the result must show exactly one record per live key in the
 //! merged range and the uncompacted head untouched.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! `kill -9`, a consumer-protocol member next to a classic one in one group,
 //! and Kafka's error codes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! bad session ids, epochs and versions get Kafka's errors without harming
 //! the session or the connection.
 
-mod common;
+use crate::common;
 
 use common::{batch, InProcess, Raw};
 use kafka_protocol::error::ResponseError;

@@ -3,7 +3,7 @@
 //! brokers, compaction jobs taken by the workers every broker runs, and
 //! admin requests sent to any broker.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@
 //! brokers run with `--allow-everyone-if-no-acl-found true`: a resource with
 //! no ACL is open, one with ACLs is decided by them.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

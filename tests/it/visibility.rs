@@ -1,7 +1,7 @@
 //! What consumers may see: in cluster mode only records that are in the
 //! object store, so that no failover can rewrite a record once read.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

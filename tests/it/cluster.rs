@@ -3,7 +3,7 @@
 //! lost by `kill -9` and by deleting its data directory; nothing it
 //! acknowledged may be lost or duplicated.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

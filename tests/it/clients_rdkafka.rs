@@ -2,7 +2,7 @@
 //! admin operations, keyed records with headers, tombstones, every codec,
 //! timestamp lookups and the idempotent producer.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! gets Kafka's answer (an error code, or a closed connection where Kafka
 //! closes it), and the broker keeps serving everyone else.
 
-mod common;
+use crate::common;
 
 use bytes::{Bytes, BytesMut};
 use common::{batch, InProcess, Raw};

@@ -2,7 +2,7 @@
 //! session expiry and the error codes for bad commits, with no effect on other
 //! groups.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

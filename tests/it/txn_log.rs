@@ -4,7 +4,7 @@
 //! (The transaction coordinator and whole-client flows are tested elsewhere;
 //! here the test plays the coordinator.)
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{init_producer_id, InProcess, Process, Raw};

@@ -4,7 +4,7 @@
 //! the head and cache, and nothing is lost when it recovers; retention
 //! removes tiered segments.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -463,7 +463,7 @@ async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
 }
 
 /// Not a test but a measurement (the cold-read case of the benchmark):
-/// `cargo test --release --test tiered -- --ignored --nocapture cold_read`.
+/// `cargo test --release --test it tiered::cold_read -- --ignored --nocapture`.
 /// Consumes N records (default 1M of 100 bytes) once from local segments and
 /// once from segments that are only in a `file://` store, and prints the
 /// ratio and the store requests per GB.

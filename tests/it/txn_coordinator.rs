@@ -7,7 +7,7 @@
 //! `__transaction_state`, the abort of a transaction past its timeout, and
 //! a broker killed between the EndTxn answer and the markers.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! nothing acknowledged may be lost or duplicated and the group keeps its
 //! committed offsets.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

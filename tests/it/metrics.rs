@@ -3,7 +3,7 @@
 //! while the broker starts and `/readyz` only once it serves and its object
 //! store answers (and, in a cluster, while its etcd lease is live).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

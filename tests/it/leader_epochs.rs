@@ -5,7 +5,7 @@
 //! Records go in through librdkafka; the APIs librdkafka does not expose are
 //! sent over the raw protocol.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
