@@ -10,6 +10,7 @@
 //! no ACL is open, one with ACLs is decided by them.
 
 use crate::common;
+use common::clients;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,10 +69,7 @@ async fn create_acls(addr: std::net::SocketAddr, acls: Vec<AclCreation>) {
 }
 
 async fn produce_one(bootstrap: &str, topic: &str) {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
+    let p: FutureProducer = clients::producer(bootstrap, &[]);
     p.send(FutureRecord::to(topic).key("k").payload("v"), TIMEOUT)
         .await
         .unwrap();
@@ -80,14 +78,17 @@ async fn produce_one(bootstrap: &str, topic: &str) {
 fn consumer(bootstrap: &str) -> BaseConsumer {
     static GROUP: AtomicU64 = AtomicU64::new(0);
     let group = format!("acl-test-{}", GROUP.fetch_add(1, Ordering::Relaxed));
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("allow.auto.create.topics", "false")
-        .create()
-        .unwrap()
+    clients::client(
+        bootstrap,
+        &[
+            ("group.id", &group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("allow.auto.create.topics", "false"),
+        ],
+    )
+    .create()
+    .unwrap()
 }
 
 /// The first record of `topic`, or the error reading it. A subscription,
@@ -473,11 +474,7 @@ async fn transaction_apis_need_write_on_the_transactional_id_and_the_topics() {
     )
     .await;
 
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("transactional.id", "txn-ok")
-        .create()
-        .unwrap();
+    let p: FutureProducer = clients::producer(&bootstrap, &[("transactional.id", "txn-ok")]);
     p.init_transactions(TIMEOUT).unwrap();
     p.begin_transaction().unwrap();
     p.send(FutureRecord::to("open").key("k").payload("t"), TIMEOUT)

@@ -20,7 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// write-ahead log soon becomes collectable.
 async fn create_topic(bootstrap: &str) {
     let configs = [("segment.ms", "1000"), ("strata.compaction.policy", "none")];
-    cluster::create_topic(bootstrap, TOPIC, PARTITIONS, &configs).await;
+    common::clients::create_topic(bootstrap, TOPIC, PARTITIONS, &configs).await;
 }
 
 /// Whether `node` leads any partition of any topic.
