@@ -110,14 +110,7 @@ fn read_first(bootstrap: &str, topic: &str) -> Result<String, KafkaError> {
 /// A raw Fetch of partition 0 of `topic`: its error code.
 async fn fetch_error(addr: std::net::SocketAddr, topic: &str) -> i16 {
     let mut raw = Raw::connect(addr).await;
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.into())))
-            .with_partitions(vec![fetch_request::FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let req = common::fetch_request(topic, 0, 0);
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
     resp.responses[0].partitions[0].error_code
 }
@@ -158,16 +151,7 @@ async fn a_principal_without_read_is_refused_and_does_not_see_the_topic() {
 
     // Produce needs WRITE: refused the same way.
     let mut raw = Raw::connect(broker.addr()).await;
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("secret")))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(common::batch(&[b"x"], -1, 0, 0))),
-            ])]);
+    let req = common::produce_request("secret", 0, common::batch(&[b"x"], -1, 0, 0), 1);
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 29);
 }
@@ -305,16 +289,7 @@ async fn a_client_over_its_produce_quota_is_throttled_near_the_quota() {
     // The raw client is told how long to wait once it is over.
     let mut raw = Raw::connect(broker.addr()).await;
     let value = vec![b'x'; 20_000];
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("metered")))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(common::batch(&[&value], -1, 0, 0))),
-            ])]);
+    let req = common::produce_request("metered", 0, common::batch(&[&value], -1, 0, 0), 1);
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
     assert!(resp.throttle_time_ms > 0, "{}", resp.throttle_time_ms);

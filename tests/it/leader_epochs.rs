@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use common::cluster::Cluster;
 use common::{batch, topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
@@ -23,7 +22,6 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -73,31 +71,10 @@ async fn answer(raw: &mut Raw, current: i32, requested: i32) -> (i16, i32, i64) 
 async fn a_single_broker_answers_epoch_zero_with_its_log_end() {
     let broker = InProcess::start(&[]).await;
     let mut raw = Raw::connect(broker.addr()).await;
-    let created: CreateTopicsResponse = raw
-        .call(
-            ApiKey::CreateTopics,
-            7,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(5000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(topic_name(TOPIC))
-                    .with_num_partitions(1)
-                    .with_replication_factor(1)]),
-        )
-        .await;
-    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(raw.create_topic(TOPIC, 1, &[]).await.error_code, 0);
     for i in 0..3 {
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(5000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(topic_name(TOPIC))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch(&[b"a", b"b"], -1, 0, 0)))])]);
-        let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-        let p = &resp.responses[0].partition_responses[0];
-        assert_eq!((p.error_code, p.base_offset), (0, i * 2));
+        let records = batch(&[b"a", b"b"], -1, 0, 0);
+        assert_eq!(raw.produce_result(TOPIC, 0, records).await, (0, i * 2));
     }
     // One broker leads at epoch 0 forever: epoch 0 is the current one.
     assert_eq!(answer(&mut raw, 0, 0).await, (0, 0, 6));
@@ -235,14 +212,7 @@ fn tiered_end(store: &std::path::Path) -> i64 {
 }
 
 fn produce_v(topic: &str) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(topic_name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch(&[b"x"], -1, 0, 0)))])])
+    common::produce_request(topic, 0, batch(&[b"x"], -1, 0, 0), 1)
 }
 
 fn fetch_v(topic_id: Uuid, current_leader_epoch: i32) -> FetchRequest {
