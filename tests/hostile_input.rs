@@ -20,7 +20,6 @@ use std::sync::Once;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::Compression;
@@ -334,30 +333,12 @@ fn a_huge_array_count_in_a_tiny_frame_is_refused_without_allocating_it() {
 }
 
 fn produce_frame(topic: &str, records: Bytes) -> Vec<u8> {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])]);
+    let req = common::produce_request(topic, 0, records, -1);
     frame(ApiKey::Produce, 9, &encode(&req, 9))
 }
 
 fn create_topic_frame(topic: &str, compression: &str) -> Vec<u8> {
-    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(5000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_num_partitions(1)
-            .with_replication_factor(1)
-            .with_configs(vec![CreatableTopicConfig::default()
-                .with_name(StrBytes::from_static_str("compression.type"))
-                .with_value(Some(StrBytes::from_string(
-                    compression.to_string(),
-                )))])]);
+    let req = common::create_topics_request(topic, 1, &[("compression.type", compression)]);
     frame(ApiKey::CreateTopics, 7, &encode(&req, 7))
 }
 

@@ -18,10 +18,10 @@
 //! it; the fencing of stale writers that cluster mode needs belongs here too.
 //! `objects` uploads, deletes and garbage-collects segment objects, `store`
 //! opens the store a URL names, `counted` counts the requests made to it and
-//! `fault` (test builds only) injects failures into any store.
+//! `fault` (for tests) injects failures into any store.
 
 pub mod counted;
-#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
 pub mod fault;
 pub mod objects;
 pub mod store;

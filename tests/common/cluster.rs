@@ -3,8 +3,9 @@
 //! (-9) or lost (-9 and their disk) by node id. A broker keeps its data
 //! directory and port across a stop, so starting it again is a restart.
 //!
-//! Clusters run one at a time per test binary: a handful of brokers and an
-//! etcd per test are all a small machine can keep within the lease TTL.
+//! Clusters run one at a time per test binary (all of `tests/it` is one): a
+//! handful of brokers and an etcd per test are all a small machine can keep
+//! within the lease TTL.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -13,13 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::clients::{assign, client, create_topic, leaders_with, reader};
 use super::etcd::EtcdServer;
 use super::{free_port, Process};
 
@@ -245,37 +245,10 @@ pub fn signal(process: &Process, sig: &str) {
     assert!(status.success());
 }
 
-/// A consumer used only for metadata and watermarks.
-pub fn metadata_consumer(bootstrap: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap()
-}
-
-/// Creates `name` with `partitions` and topic `configs`.
-pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
-    let created = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(created[0].is_ok(), "{created:?}");
-}
-
 /// Leader node of every partition of every topic (internal ones too), as
 /// metadata reports it; partitions without a leader are left out.
 pub fn all_leaders(bootstrap: &str) -> Option<BTreeMap<(String, i32), i32>> {
-    let md = metadata_consumer(bootstrap)
+    let md = reader(bootstrap, &[])
         .fetch_metadata(None, Duration::from_secs(5))
         .ok()?;
     Some(
@@ -293,17 +266,7 @@ pub fn all_leaders(bootstrap: &str) -> Option<BTreeMap<(String, i32), i32>> {
 
 /// Leader node of each partition of `topic`, once every one has a leader.
 pub fn leaders(bootstrap: &str, topic: &str, partitions: i32) -> Option<BTreeMap<i32, i32>> {
-    let md = metadata_consumer(bootstrap)
-        .fetch_metadata(Some(topic), Duration::from_secs(5))
-        .ok()?;
-    let t = md.topics().iter().find(|t| t.name() == topic)?;
-    let leaders: BTreeMap<i32, i32> = t
-        .partitions()
-        .iter()
-        .filter(|p| p.error().is_none() && p.leader() >= 0)
-        .map(|p| (p.id(), p.leader()))
-        .collect();
-    (leaders.len() == partitions as usize).then_some(leaders)
+    leaders_with(&client(bootstrap, &[]), topic, partitions)
 }
 
 /// Waits (up to a minute) until every partition of `topic` has a leader and
@@ -379,6 +342,14 @@ pub struct Load {
 }
 
 impl Load {
+    /// Creates `topic` with `partitions`, waits until every partition has a
+    /// leader and starts a load on it through an idempotent `producer`.
+    pub async fn on_new_topic(bootstrap: &str, topic: &str, partitions: i32) -> Load {
+        create_topic(bootstrap, topic, partitions, &[]).await;
+        wait_for_leaders(bootstrap, topic, partitions, |_| true).await;
+        Load::start(producer(bootstrap), topic, partitions)
+    }
+
     pub fn start(producer: FutureProducer, topic: &str, partitions: i32) -> Load {
         Load::start_at(producer, topic, partitions, 0)
     }
@@ -495,13 +466,8 @@ pub fn consume_all(
     partitions: i32,
     expected: usize,
 ) -> BTreeMap<(i32, i64), String> {
-    let c = metadata_consumer(bootstrap);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = reader(bootstrap, &[]);
+    assign(&c, topic, partitions, Offset::Beginning);
     let mut got = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while got.len() < expected && Instant::now() < deadline {
@@ -521,7 +487,7 @@ pub fn consume_to_end(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<(i32, i64), String> {
-    let c = metadata_consumer(bootstrap);
+    let c = reader(bootstrap, &[]);
     let mut tpl = TopicPartitionList::new();
     let mut left = BTreeMap::new();
     for p in 0..partitions {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod cluster;
 pub mod etcd;
 
@@ -13,12 +14,33 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strata::server::config::BrokerConfig;
 use strata::server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Topic configs for compaction tests: a compacted topic whose small
+/// segments roll within 300 ms and are merged, two at a time, as soon as
+/// they are sealed; tombstones are not kept.
+pub const QUICK_COMPACTION: &[(&str, &str)] = &[
+    ("cleanup.policy", "compact"),
+    ("segment.bytes", "3000"),
+    ("segment.ms", "300"),
+    ("min.compaction.lag.ms", "0"),
+    ("delete.retention.ms", "0"),
+    ("strata.compaction.fanout", "2"),
+];
 
 #[derive(Parser)]
 struct Args {
@@ -188,6 +210,47 @@ impl Raw {
         Some(Bytes::from(buf))
     }
 
+    /// CreateTopics v7 of one topic (replication factor 1): its result.
+    pub async fn create_topic(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> CreatableTopicResult {
+        let req = create_topics_request(topic, partitions, configs);
+        let resp: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &req).await;
+        resp.topics[0].clone()
+    }
+
+    /// Produce v9 of `records` to one partition with acks=all: its answer.
+    pub async fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> PartitionProduceResponse {
+        let req = produce_request(topic, partition, records, -1);
+        let resp: ProduceResponse = self.call(ApiKey::Produce, 9, &req).await;
+        resp.responses[0].partition_responses[0].clone()
+    }
+
+    /// `produce`'s (error code, base offset).
+    pub async fn produce_result(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> (i16, i64) {
+        let p = self.produce(topic, partition, records).await;
+        (p.error_code, p.base_offset)
+    }
+
+    /// Fetch v11 of one partition (see `fetch_request`): its answer.
+    pub async fn fetch(&mut self, req: &FetchRequest) -> PartitionData {
+        let resp: FetchResponse = self.call(ApiKey::Fetch, 11, req).await;
+        resp.responses[0].partitions[0].clone()
+    }
+
     /// True once the broker has closed the connection.
     pub async fn is_closed(&mut self) -> bool {
         let mut b = [0u8; 1];
@@ -237,4 +300,121 @@ pub async fn init_producer_id(raw: &mut Raw) -> i64 {
         .await;
     assert_eq!(resp.error_code, 0);
     resp.producer_id.0
+}
+
+pub fn topic_name(name: &str) -> TopicName {
+    TopicName(str_bytes(name))
+}
+
+pub fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// CreateTopics of one topic with `partitions`, replication factor 1 and
+/// topic `configs`.
+pub fn create_topics_request(
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> CreateTopicsRequest {
+    CreateTopicsRequest::default()
+        .with_timeout_ms(5000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(str_bytes(k))
+                            .with_value(Some(str_bytes(v)))
+                    })
+                    .collect(),
+            )])
+}
+
+/// Produce of `records` to one partition of `topic`.
+pub fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+/// Fetch of one partition of `topic` from `offset`: no wait, up to 1 MiB.
+pub fn fetch_request(topic: &str, partition: i32, offset: i64) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+/// How many `.log` segment files partition 0 of `topic` has on local disk.
+pub fn local_log_files(data_dir: &Path, topic: &str) -> usize {
+    std::fs::read_dir(data_dir.join("topics").join(topic).join("0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
+
+/// The latest manifest of `partition` of `topic` in `store`, with the topic
+/// file (id, config) it belongs to; `None` until both exist.
+pub async fn stored_manifest(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    topic: &str,
+    partition: i32,
+) -> Option<(strata::manifest::Manifest, strata::catalog::TopicFile)> {
+    use strata::manifest::{objects::newest_topic_file, partition_prefix, ManifestStore};
+    let path = object_store::path::Path::from_iter(["topics", topic]);
+    let file: strata::catalog::TopicFile = newest_topic_file(store, &path).await.unwrap()?;
+    let m = ManifestStore::new(
+        store.clone(),
+        partition_prefix(topic, file.id, partition).child("manifest"),
+    )
+    .load_latest()
+    .await
+    .unwrap()?;
+    Some((m, file))
+}
+
+/// Whether compaction of a partition is done for now: its manifest `m`
+/// reaches `end`, something was merged and the topic's policy (`config`)
+/// wants no more jobs.
+pub fn compaction_settled(
+    m: &strata::manifest::Manifest,
+    config: &strata::catalog::config::TopicConfig,
+    end: i64,
+) -> bool {
+    use strata::compaction::policy::{for_topic, SegmentDesc};
+    let descs: Vec<SegmentDesc> = m.segments.iter().map(SegmentDesc::from).collect();
+    m.end_offset() == Some(end)
+        && m.segments.iter().any(|s| s.level > 0)
+        && for_topic(&config.settings())
+            .next_job(&descs, strata::log::now_ms())
+            .is_none()
+}
+
+/// (base offset, level) of every segment of `m`, for failure messages.
+pub fn levels(m: &strata::manifest::Manifest) -> Vec<(i64, u32)> {
+    m.segments
+        .iter()
+        .map(|s| (s.base_offset, s.level))
+        .collect()
 }

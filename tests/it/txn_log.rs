@@ -4,44 +4,24 @@
 //! (The transaction coordinator and whole-client flows are tested elsewhere;
 //! here the test plays the coordinator.)
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
-use common::{init_producer_id, InProcess, Process, Raw};
+use common::{init_producer_id, topic_name, InProcess, Process, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
 async fn create(raw: &mut Raw, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(5000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(partitions)
-            .with_replication_factor(1)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            )]);
-    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0);
+    assert_eq!(
+        raw.create_topic(topic, partitions, configs)
+            .await
+            .error_code,
+        0
+    );
 }
 
 /// A transactional batch of `values` (keys "k0", "k1", ...).
@@ -65,21 +45,6 @@ fn txn_batch(values: &[&str], producer_id: i64, epoch: i16, first_sequence: i32)
     .unwrap()
 }
 
-/// Produces `records` with acks=all; (error code, base offset).
-async fn produce(raw: &mut Raw, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(records))])]);
-    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-    let p = &resp.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
-}
-
 /// Sends one marker for `partitions` of `topic`; the error code of each.
 async fn marker(
     raw: &mut Raw,
@@ -95,7 +60,7 @@ async fn marker(
         .with_transaction_result(commit)
         .with_coordinator_epoch(coordinator_epoch)
         .with_topics(vec![WritableTxnMarkerTopic::default()
-            .with_name(name(topic))
+            .with_name(topic_name(topic))
             .with_partition_indexes(partitions.to_vec())])]);
     let resp: WriteTxnMarkersResponse = raw.call(ApiKey::WriteTxnMarkers, 1, &req).await;
     assert_eq!(resp.markers.len(), 1);
@@ -122,17 +87,8 @@ struct Fetched {
 }
 
 async fn fetch(raw: &mut Raw, topic: &str, offset: i64, isolation_level: i8) -> Fetched {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(isolation_level)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = raw.call(ApiKey::Fetch, 11, &req).await;
-    let p = &resp.responses[0].partitions[0];
+    let req = common::fetch_request(topic, 0, offset).with_isolation_level(isolation_level);
+    let p = &raw.fetch(&req).await;
     let mut records = Vec::new();
     let mut producers = Vec::new();
     let mut buf: Bytes = p.records.clone().unwrap_or_default();
@@ -226,17 +182,19 @@ async fn markers_end_transactions_and_are_refused_from_fenced_producers_and_coor
     let pid = init_producer_id(&mut raw).await;
 
     assert_eq!(
-        produce(&mut raw, "t", 0, txn_batch(&["a", "b", "c"], pid, 0, 0)).await,
+        raw.produce_result("t", 0, txn_batch(&["a", "b", "c"], pid, 0, 0))
+            .await,
         (0, 0)
     );
     assert_eq!(
-        produce(&mut raw, "t", 0, txn_batch(&["d", "e"], pid, 0, 3)).await,
+        raw.produce_result("t", 0, txn_batch(&["d", "e"], pid, 0, 3))
+            .await,
         (0, 3)
     );
     // Inside its open transaction a producer writes transactionally only.
     let plain = common::batch(&[b"x"], pid, 0, 5);
     assert_eq!(
-        produce(&mut raw, "t", 0, plain).await.0,
+        raw.produce_result("t", 0, plain).await.0,
         ResponseError::InvalidTxnState.code()
     );
     assert_eq!(marker(&mut raw, (pid, 0), true, 1, "t", &[0]).await, [0]);
@@ -257,12 +215,13 @@ async fn markers_end_transactions_and_are_refused_from_fenced_producers_and_coor
 
     // The producer's next epoch (a new session): seq restarts at 0.
     assert_eq!(
-        produce(&mut raw, "t", 0, txn_batch(&["f"], pid, 1, 0)).await,
+        raw.produce_result("t", 0, txn_batch(&["f"], pid, 1, 0))
+            .await,
         (0, 6)
     );
     // Older producer epoch: fenced, for data and markers alike.
     assert_eq!(
-        produce(&mut raw, "t", 0, txn_batch(&["g"], pid, 0, 5))
+        raw.produce_result("t", 0, txn_batch(&["g"], pid, 0, 5))
             .await
             .0,
         ResponseError::InvalidProducerEpoch.code()
@@ -300,14 +259,16 @@ async fn an_acknowledged_marker_survives_kill_9() {
     create(&mut raw, "k", 1, &[]).await;
     let pid = init_producer_id(&mut raw).await;
     assert_eq!(
-        produce(&mut raw, "k", 0, txn_batch(&["a", "b"], pid, 0, 0)).await,
+        raw.produce_result("k", 0, txn_batch(&["a", "b"], pid, 0, 0))
+            .await,
         (0, 0)
     );
     assert_eq!(marker(&mut raw, (pid, 0), false, 3, "k", &[0]).await, [0]);
     // Another transaction, left open.
     let other = init_producer_id(&mut raw).await;
     assert_eq!(
-        produce(&mut raw, "k", 0, txn_batch(&["c"], other, 0, 0)).await,
+        raw.produce_result("k", 0, txn_batch(&["c"], other, 0, 0))
+            .await,
         (0, 3)
     );
     broker.kill9();
@@ -374,13 +335,13 @@ async fn aborted_and_open_transactions_are_tiered_and_come_back_from_the_store()
     };
     // a aborts, b commits, interleaved over several 4 KiB segments.
     for i in 0..10 {
-        assert_eq!(produce(&mut raw, "tx", 0, batch_of("a", a, i)).await.0, 0);
-        assert_eq!(produce(&mut raw, "tx", 0, batch_of("b", b, i)).await.0, 0);
+        assert_eq!(raw.produce_result("tx", 0, batch_of("a", a, i)).await.0, 0);
+        assert_eq!(raw.produce_result("tx", 0, batch_of("b", b, i)).await.0, 0);
     }
     assert_eq!(marker(&mut raw, (a, 0), false, 0, "tx", &[0]).await, [0]);
     assert_eq!(marker(&mut raw, (b, 0), true, 0, "tx", &[0]).await, [0]);
     // c stays open.
-    let (code, c_first) = produce(&mut raw, "tx", 0, batch_of("c", c, 0)).await;
+    let (code, c_first) = raw.produce_result("tx", 0, batch_of("c", c, 0)).await;
     assert_eq!(code, 0);
     let committed: Vec<String> = (0..10).flat_map(|i| values("b", i)).collect();
 
@@ -398,16 +359,7 @@ async fn aborted_and_open_transactions_are_tiered_and_come_back_from_the_store()
             .manifest_of("tx", 0)
             .and_then(|m| m.end_offset())
             .unwrap_or(0);
-        let local_logs = std::fs::read_dir(data.path().join("topics/tx/0"))
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".log")
-            })
-            .count();
+        let local_logs = common::local_log_files(data.path(), "tx");
         if tiered > c_first && local_logs == 1 {
             break;
         }
@@ -442,7 +394,7 @@ async fn latest(raw: &mut Raw, topic: &str, isolation_level: i8) -> i64 {
         .with_replica_id(BrokerId(-1))
         .with_isolation_level(isolation_level)
         .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name(topic))
+            .with_name(topic_name(topic))
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(0)
                 .with_timestamp(-1)])]);
@@ -461,10 +413,14 @@ async fn read_committed_fetches_and_list_offsets_stop_at_the_last_stable_offset(
         init_producer_id(&mut raw).await,
         init_producer_id(&mut raw).await,
     );
-    produce(&mut raw, "lso", 0, common::batch(&[b"plain"], -1, -1, -1)).await;
-    produce(&mut raw, "lso", 0, txn_batch(&["a0"], a, 0, 0)).await; // 1
-    produce(&mut raw, "lso", 0, txn_batch(&["b0"], b, 0, 0)).await; // 2
-    produce(&mut raw, "lso", 0, txn_batch(&["a1"], a, 0, 1)).await; // 3
+    raw.produce_result("lso", 0, common::batch(&[b"plain"], -1, -1, -1))
+        .await;
+    raw.produce_result("lso", 0, txn_batch(&["a0"], a, 0, 0))
+        .await; // 1
+    raw.produce_result("lso", 0, txn_batch(&["b0"], b, 0, 0))
+        .await; // 2
+    raw.produce_result("lso", 0, txn_batch(&["a1"], a, 0, 1))
+        .await; // 3
     assert_eq!(
         (
             latest(&mut raw, "lso", 0).await,
@@ -497,15 +453,17 @@ async fn describe_producers_shows_epochs_sequences_and_open_transactions() {
         init_producer_id(&mut raw).await,
         init_producer_id(&mut raw).await,
     );
-    produce(&mut raw, "dp", 0, txn_batch(&["x", "y"], a, 0, 0)).await; // 0-1
-    produce(&mut raw, "dp", 0, txn_batch(&["z"], b, 0, 0)).await; // 2
+    raw.produce_result("dp", 0, txn_batch(&["x", "y"], a, 0, 0))
+        .await; // 0-1
+    raw.produce_result("dp", 0, txn_batch(&["z"], b, 0, 0))
+        .await; // 2
     assert_eq!(marker(&mut raw, (b, 0), true, 5, "dp", &[0]).await, [0]);
     let req = DescribeProducersRequest::default().with_topics(vec![
         TopicRequest::default()
-            .with_name(name("dp"))
+            .with_name(topic_name("dp"))
             .with_partition_indexes(vec![0, 3]),
         TopicRequest::default()
-            .with_name(name("missing"))
+            .with_name(topic_name("missing"))
             .with_partition_indexes(vec![0]),
     ]);
     let resp: DescribeProducersResponse = raw.call(ApiKey::DescribeProducers, 0, &req).await;
@@ -537,7 +495,8 @@ async fn describe_producers_shows_epochs_sequences_and_open_transactions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_leader_rebuilds_open_and_aborted_transactions_from_the_write_ahead_log() {
-    use common::cluster::{create_topic, wait_for_leaders, Cluster};
+    use common::clients::create_topic;
+    use common::cluster::{wait_for_leaders, Cluster};
     let Some(mut cluster) = Cluster::start(&[1, 2]).await else {
         return;
     };
@@ -549,17 +508,20 @@ async fn a_new_leader_rebuilds_open_and_aborted_transactions_from_the_write_ahea
         init_producer_id(&mut raw).await,
     );
     assert_eq!(
-        produce(&mut raw, "ctx", 0, txn_batch(&["a0", "a1"], a, 0, 0)).await,
+        raw.produce_result("ctx", 0, txn_batch(&["a0", "a1"], a, 0, 0))
+            .await,
         (0, 0)
     );
     assert_eq!(
-        produce(&mut raw, "ctx", 0, txn_batch(&["b0"], b, 0, 0)).await,
+        raw.produce_result("ctx", 0, txn_batch(&["b0"], b, 0, 0))
+            .await,
         (0, 2)
     );
     // Acknowledged once in the write-ahead log, like acks=all.
     assert_eq!(marker(&mut raw, (a, 0), false, 0, "ctx", &[0]).await, [0]);
     assert_eq!(
-        produce(&mut raw, "ctx", 0, txn_batch(&["b1"], b, 0, 1)).await,
+        raw.produce_result("ctx", 0, txn_batch(&["b1"], b, 0, 1))
+            .await,
         (0, 4)
     );
     cluster.kill9(leader);

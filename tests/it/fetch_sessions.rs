@@ -3,46 +3,27 @@
 //! bad session ids, epochs and versions get Kafka's errors without harming
 //! the session or the connection.
 
-mod common;
+use crate::common;
 
-use common::{batch, InProcess, Raw};
+use common::{batch, topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 const V: i16 = 13;
 
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
 async fn create(raw: &mut Raw, topic: &str, partitions: i32) -> Uuid {
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(5000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(partitions)
-            .with_replication_factor(1)]);
-    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0);
-    resp.topics[0].topic_id
+    let created = raw.create_topic(topic, partitions, &[]).await;
+    assert_eq!(created.error_code, 0);
+    created.topic_id
 }
 
 async fn produce(raw: &mut Raw, topic: &str, partition: i32, value: &[u8]) {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(batch(&[value], -1, 0, 0)))])]);
-    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    let p = raw
+        .produce(topic, partition, batch(&[value], -1, 0, 0))
+        .await;
+    assert_eq!(p.error_code, 0);
 }
 
 fn partition(index: i32, offset: i64) -> FetchPartition {
@@ -203,7 +184,7 @@ async fn sessions_by_topic_name_before_v13_and_none_before_v7() {
     produce(&mut raw, "by-name", 1, b"x").await;
     let topic = || {
         FetchTopic::default()
-            .with_topic(name("by-name"))
+            .with_topic(topic_name("by-name"))
             .with_partitions(vec![partition(0, 0), partition(1, 0)])
     };
     let full: FetchResponse = raw
@@ -221,7 +202,7 @@ async fn sessions_by_topic_name_before_v13_and_none_before_v7() {
         got.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(),
         vec![(1, 1)]
     );
-    assert_eq!(r.responses[0].topic, name("by-name"));
+    assert_eq!(r.responses[0].topic, topic_name("by-name"));
 
     let old: FetchResponse = raw
         .call(ApiKey::Fetch, 6, &request(0, -1, vec![topic()]))

@@ -5,7 +5,8 @@
 //! `kill -9`, a consumer-protocol member next to a classic one in one group,
 //! and Kafka's error codes.
 
-mod common;
+use crate::common;
+use common::clients::{self, assigned, numbered_values};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -24,13 +25,7 @@ use kafka_protocol::messages::{
     OffsetCommitResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Heartbeats every 500 ms, sessions of 3 s: rebalances in test time.
@@ -42,78 +37,34 @@ const FAST: &[&str] = &[
 ];
 
 fn member(bootstrap: &str, group: &str, topics: &[&str]) -> BaseConsumer {
-    let m: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("group.protocol", "consumer")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
+    let m: BaseConsumer = clients::client(
+        bootstrap,
+        &[
+            ("group.id", group),
+            ("group.protocol", "consumer"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create()
+    .unwrap();
     m.subscribe(topics).unwrap();
     m
 }
 
 async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let res = admin
-        .create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::create_topic(bootstrap, name, partitions, &[]).await
 }
 
 async fn produce(bootstrap: &str, topic: &str, from: usize, count: usize) {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
-    let sends: Vec<_> = (from..from + count)
-        .map(|i| {
-            let p = p.clone();
-            async move {
-                let key = format!("k{i}");
-                let value = format!("v{i}");
-                p.send(FutureRecord::to(topic).key(&key).payload(&value), TIMEOUT)
-                    .await
-                    .unwrap();
-            }
-        })
-        .collect();
-    futures::future::join_all(sends).await;
+    let p = clients::producer(bootstrap, &[("linger.ms", "5")]);
+    clients::produce_numbered(&p, topic, from..from + count, TIMEOUT).await;
 }
 
 /// Polls every member until `want` distinct values arrived, committing each
 /// record; returns how many each member read.
 fn consume(members: &[&BaseConsumer], want: usize, seen: &mut BTreeSet<String>) -> Vec<usize> {
-    let mut per = vec![0; members.len()];
-    let deadline = Instant::now() + TIMEOUT;
-    while seen.len() < want {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {want} records consumed",
-            seen.len()
-        );
-        for (i, m) in members.iter().enumerate() {
-            if let Some(Ok(msg)) = m.poll(Duration::from_millis(50)) {
-                seen.insert(String::from_utf8(msg.payload().unwrap().to_vec()).unwrap());
-                per[i] += 1;
-                m.commit_message(&msg, CommitMode::Sync).unwrap();
-            }
-        }
-    }
-    per
-}
-
-fn assigned(m: &BaseConsumer) -> usize {
-    m.assignment().map(|a| a.count()).unwrap_or(0)
+    clients::consume_committing(members, want, seen, TIMEOUT)
 }
 
 /// Polls until `check` holds (dropping any record, so call it while there
@@ -126,10 +77,6 @@ fn poll_until(members: &[&BaseConsumer], what: &str, check: impl Fn() -> bool) {
             let _ = m.poll(Duration::from_millis(20));
         }
     }
-}
-
-fn values(range: std::ops::Range<usize>) -> BTreeSet<String> {
-    range.map(|i| format!("v{i}")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,7 +93,7 @@ async fn members_share_partitions_and_take_over_when_one_leaves() {
     let mut seen = BTreeSet::new();
     let per = consume(&[&a, &b], 400, &mut seen);
     assert!(per.iter().all(|n| *n > 0), "both members consumed: {per:?}");
-    assert_eq!(seen, values(0..400));
+    assert_eq!(seen, numbered_values(0..400));
 
     // b leaves; a takes every partition and reads what comes next from
     // where b committed.
@@ -156,7 +103,7 @@ async fn members_share_partitions_and_take_over_when_one_leaves() {
     produce(&bs, "orders", 400, 100).await;
     let mut later = BTreeSet::new();
     consume(&[&a], 100, &mut later);
-    assert_eq!(later, values(400..500));
+    assert_eq!(later, numbered_values(400..500));
     let extra = a.poll(Duration::from_millis(500));
     assert!(extra.is_none(), "a record was delivered twice");
 }
@@ -225,7 +172,7 @@ async fn a_silent_member_is_expired_and_its_partitions_move_back() {
     let mut later = BTreeSet::new();
     consume(&[&a], 50, &mut later);
     assert_eq!(assigned(&a), 2);
-    assert_eq!(later, values(100..150));
+    assert_eq!(later, numbered_values(100..150));
     let r: ConsumerGroupHeartbeatResponse = raw
         .call(
             ApiKey::ConsumerGroupHeartbeat,
@@ -247,7 +194,7 @@ async fn a_regex_subscription_picks_up_a_topic_created_later() {
     let m = member(&bs, "g3", &["^metrics-.*"]);
     let mut seen = BTreeSet::new();
     consume(&[&m], 10, &mut seen);
-    assert_eq!(seen, values(0..10));
+    assert_eq!(seen, numbered_values(0..10));
 
     create_topic(&bs, "metrics-disk", 2).await;
     poll_until(&[&m], "the new topic", || assigned(&m) == 3);
@@ -256,7 +203,7 @@ async fn a_regex_subscription_picks_up_a_topic_created_later() {
     consume(&[&m], 20, &mut later);
     assert_eq!(
         later,
-        values(10..30),
+        numbered_values(10..30),
         "read only the new topic, never `logs`"
     );
     assert_eq!(assigned(&m), 3);
@@ -293,7 +240,7 @@ async fn the_group_and_its_offsets_survive_kill_minus_nine() {
     produce(&bs, "orders", 300, 30).await;
     let mut later = BTreeSet::new();
     consume(&[&m], 30, &mut later);
-    assert_eq!(later, values(300..330));
+    assert_eq!(later, numbered_values(300..330));
     m.unsubscribe();
     drop(m);
 
@@ -301,17 +248,7 @@ async fn the_group_and_its_offsets_survive_kill_minus_nine() {
     let broker = Process::start(dir.path(), port, FAST);
     let bs = broker.bootstrap();
     let m = member(&bs, "durable", &["orders"]);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset("orders", p, Offset::Invalid)
-            .unwrap();
-    }
-    let committed = m.committed_offsets(tpl, TIMEOUT).unwrap();
-    let total: i64 = committed
-        .elements()
-        .iter()
-        .map(|e| e.offset().to_raw().unwrap())
-        .sum();
+    let total = clients::committed_total(&m, "orders", 3, TIMEOUT);
     assert_eq!(total, 330, "every commit survived two kill -9s");
     poll_until(&[&m], "the restarted member's assignment", || {
         assigned(&m) == 3
@@ -519,16 +456,19 @@ async fn bad_heartbeats_and_cross_protocol_requests_get_kafkas_errors() {
 }
 
 fn classic_member(bootstrap: &str, group: &str, topics: &[&str]) -> BaseConsumer {
-    let m: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("group.protocol", "classic")
-        .set("session.timeout.ms", "6000")
-        .set("heartbeat.interval.ms", "500")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
+    let m: BaseConsumer = clients::client(
+        bootstrap,
+        &[
+            ("group.id", group),
+            ("group.protocol", "classic"),
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "500"),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+        ],
+    )
+    .create()
+    .unwrap();
     m.subscribe(topics).unwrap();
     m
 }
@@ -593,7 +533,7 @@ async fn a_consumer_protocol_member_shares_a_group_with_a_classic_member() {
     let mut seen = BTreeSet::new();
     let per = consume(&[&a, &b], 400, &mut seen);
     assert!(per.iter().all(|n| *n > 0), "both members consumed: {per:?}");
-    assert_eq!(seen, values(100..500));
+    assert_eq!(seen, numbered_values(100..500));
     assert_eq!(per.iter().sum::<usize>(), 400, "a record was read twice");
 
     // The consumer-protocol member leaves: a classic group again, and the
@@ -605,7 +545,7 @@ async fn a_consumer_protocol_member_shares_a_group_with_a_classic_member() {
     produce(&bs, "mixed", 500, 100).await;
     let mut later = BTreeSet::new();
     let per = consume(&[&a], 100, &mut later);
-    assert_eq!(later, values(500..600));
+    assert_eq!(later, numbered_values(500..600));
     assert_eq!(per, [100], "a record was read twice");
 }
 
@@ -644,7 +584,7 @@ async fn a_mixed_group_survives_kill_minus_nine_of_the_broker() {
     produce(&bs, "mixed-durable", 200, 100).await;
     let mut later = BTreeSet::new();
     let per = consume(&[&a, &b], 100, &mut later);
-    assert_eq!(later, values(200..300));
+    assert_eq!(later, numbered_values(200..300));
     assert_eq!(per.iter().sum::<usize>(), 100, "a record was read twice");
     assert_eq!((assigned(&a), assigned(&b)), (2, 2));
 }

@@ -3,18 +3,16 @@
 //! brokers, compaction jobs taken by the workers every broker runs, and
 //! admin requests sent to any broker.
 
-mod common;
+use crate::common;
+use common::clients::{self, create_topic, reader};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cluster::{
-    all_leaders, consume_to_end, create_topic, metadata_consumer, producer, wait_for_leaders,
-    Cluster, Load, Settings,
-};
-use common::Raw;
+use common::cluster::{all_leaders, consume_to_end, wait_for_leaders, Cluster, Load, Settings};
+use common::{str_bytes, topic_name, Raw};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
@@ -24,27 +22,17 @@ use kafka_protocol::messages::offset_commit_request::{
 };
 use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, OffsetCommitRequest, OffsetCommitResponse, TopicName,
+    FindCoordinatorResponse, GroupId, OffsetCommitRequest, OffsetCommitResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 use object_store::ObjectStore;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use strata::catalog::TopicFile;
-use strata::compaction::policy::{for_topic, SegmentDesc};
-use strata::log::now_ms;
-use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{open, S3Options};
-use strata::manifest::{partition_prefix, Manifest, ManifestStore};
+use strata::manifest::Manifest;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OFFSETS_TOPIC: &str = "__consumer_offsets";
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
 
 fn addr(bootstrap: &str) -> SocketAddr {
     bootstrap.parse().unwrap()
@@ -67,15 +55,18 @@ fn with_workers() -> Settings {
 }
 
 fn group_member(bootstrap: &str, group: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "300")
-        .create()
-        .unwrap()
+    clients::client(
+        bootstrap,
+        &[
+            ("group.id", group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "300"),
+        ],
+    )
+    .create()
+    .unwrap()
 }
 
 fn assigned(c: &BaseConsumer) -> BTreeSet<i32> {
@@ -96,9 +87,7 @@ async fn a_group_spread_over_brokers_gets_one_assignment_and_commits_through_the
         return;
     };
     let bootstrap = cluster.bootstrap();
-    create_topic(&bootstrap, TOPIC, PARTITIONS, &[]).await;
-    wait_for_leaders(&bootstrap, TOPIC, PARTITIONS, |_| true).await;
-    let load = Load::start(producer(&bootstrap), TOPIC, PARTITIONS);
+    let load = Load::on_new_topic(&bootstrap, TOPIC, PARTITIONS).await;
     load.progress(300).await;
     let report = load.finish().await;
     assert!(report.failed.is_empty(), "{:?}", report.failed);
@@ -113,7 +102,7 @@ async fn a_group_spread_over_brokers_gets_one_assignment_and_commits_through_the
             .call(
                 ApiKey::FindCoordinator,
                 2,
-                &FindCoordinatorRequest::default().with_key(s(GROUP)),
+                &FindCoordinatorRequest::default().with_key(str_bytes(GROUP)),
             )
             .await;
         assert_eq!(found.error_code, 0, "from broker {node}");
@@ -121,10 +110,10 @@ async fn a_group_spread_over_brokers_gets_one_assignment_and_commits_through_the
         // Any other broker refuses group requests, as Kafka does.
         if node != coordinator {
             let commit = OffsetCommitRequest::default()
-                .with_group_id(GroupId(s(GROUP)))
+                .with_group_id(GroupId(str_bytes(GROUP)))
                 .with_generation_id_or_member_epoch(-1)
                 .with_topics(vec![OffsetCommitRequestTopic::default()
-                    .with_name(TopicName(s(TOPIC)))
+                    .with_name(topic_name(TOPIC))
                     .with_partitions(vec![OffsetCommitRequestPartition::default()
                         .with_partition_index(0)
                         .with_committed_offset(1)])]);
@@ -214,14 +203,6 @@ async fn a_group_spread_over_brokers_gets_one_assignment_and_commits_through_the
     drop(members);
 }
 
-const KV_CONFIG: &[(&str, &str)] = &[
-    ("cleanup.policy", "compact"),
-    ("segment.bytes", "3000"),
-    ("segment.ms", "300"),
-    ("min.compaction.lag.ms", "0"),
-    ("delete.retention.ms", "0"),
-    ("strata.compaction.fanout", "2"),
-];
 const KEYS: usize = 20;
 const VERSIONS: usize = 30;
 
@@ -231,19 +212,7 @@ async fn manifest(
     topic: &str,
     partition: i32,
 ) -> Option<(Manifest, strata::catalog::config::TopicConfig)> {
-    let file: TopicFile = newest_topic_file(
-        store,
-        &object_store::path::Path::from_iter(["topics", topic]),
-    )
-    .await
-    .unwrap()?;
-    let m = ManifestStore::new(
-        store.clone(),
-        partition_prefix(topic, file.id, partition).child("manifest"),
-    )
-    .load_latest()
-    .await
-    .unwrap()?;
+    let (m, file) = common::stored_manifest(store, topic, partition).await?;
     Some((m, file.config))
 }
 
@@ -255,7 +224,7 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
         return;
     };
     let bootstrap = cluster.bootstrap();
-    create_topic(&bootstrap, TOPIC, PARTITIONS, KV_CONFIG).await;
+    create_topic(&bootstrap, TOPIC, PARTITIONS, common::QUICK_COMPACTION).await;
     let leaders = wait_for_leaders(&bootstrap, TOPIC, PARTITIONS, |_| true).await;
     let spread: BTreeSet<i32> = leaders.values().copied().collect();
     assert!(
@@ -264,12 +233,8 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
     );
 
     // Keyed updates in small batches, so that they spread over many segments.
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("linger.ms", "0")
-        .set("batch.size", "1000")
-        .create()
-        .unwrap();
+    let p: FutureProducer =
+        clients::producer(&bootstrap, &[("linger.ms", "0"), ("batch.size", "1000")]);
     let mut latest: BTreeMap<(i32, String), String> = BTreeMap::new();
     for v in 0..VERSIONS {
         let sends: Vec<_> = (0..PARTITIONS)
@@ -303,22 +268,13 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
     for partition in 0..PARTITIONS {
         loop {
             if let Some((m, config)) = manifest(&store, TOPIC, partition).await {
-                let descs: Vec<SegmentDesc> = m.segments.iter().map(SegmentDesc::from).collect();
-                let settled = m.end_offset() == Some(end)
-                    && m.segments.iter().any(|s| s.level > 0)
-                    && for_topic(&config.settings())
-                        .next_job(&descs, now_ms())
-                        .is_none();
-                if settled {
+                if common::compaction_settled(&m, &config, end) {
                     break;
                 }
                 assert!(
                     Instant::now() < deadline,
                     "partition {partition} not compacted: {:?}",
-                    m.segments
-                        .iter()
-                        .map(|s| (s.base_offset, s.level))
-                        .collect::<Vec<_>>()
+                    common::levels(&m)
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -355,7 +311,7 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
         DeleteRecordsRequest::default()
             .with_timeout_ms(10_000)
             .with_topics(vec![DeleteRecordsTopic::default()
-                .with_name(TopicName(s(TOPIC)))
+                .with_name(topic_name(TOPIC))
                 .with_partitions(vec![DeleteRecordsPartition::default()
                     .with_partition_index(partition)
                     .with_offset(end / 2)])])
@@ -376,7 +332,7 @@ async fn workers_on_every_broker_compact_a_topic_whose_partitions_have_different
     let answer = &resp.topics[0].partitions[0];
     assert_eq!(answer.error_code, 0);
     assert_eq!(answer.low_watermark, end / 2);
-    let (low, _) = metadata_consumer(&bootstrap)
+    let (low, _) = reader(&bootstrap, &[])
         .fetch_watermarks(TOPIC, 0, Duration::from_secs(10))
         .unwrap();
     assert_eq!(low, end / 2);
@@ -404,7 +360,7 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
                 .running()
                 .iter()
                 .map(|n| {
-                    let md = metadata_consumer(&cluster.bootstrap_of(*n))
+                    let md = reader(&cluster.bootstrap_of(*n), &[])
                         .fetch_metadata(Some(TOPIC), Duration::from_secs(5))
                         .ok()?;
                     let t = md.topics().iter().find(|t| t.name() == TOPIC)?;
@@ -429,7 +385,7 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
     let create = CreateTopicsRequest::default()
         .with_timeout_ms(10_000)
         .with_topics(vec![CreatableTopic::default()
-            .with_name(TopicName(s(TOPIC)))
+            .with_name(topic_name(TOPIC))
             .with_num_partitions(2)
             .with_replication_factor(1)]);
     let resp: CreateTopicsResponse = raw_to(brokers[0])
@@ -442,7 +398,7 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
     let grow = CreatePartitionsRequest::default()
         .with_timeout_ms(10_000)
         .with_topics(vec![CreatePartitionsTopic::default()
-            .with_name(TopicName(s(TOPIC)))
+            .with_name(topic_name(TOPIC))
             .with_count(5)]);
     let resp: CreatePartitionsResponse = raw_to(brokers[1])
         .await
@@ -453,7 +409,7 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
 
     let delete = DeleteTopicsRequest::default()
         .with_timeout_ms(10_000)
-        .with_topic_names(vec![TopicName(s(TOPIC))]);
+        .with_topic_names(vec![topic_name(TOPIC)]);
     let resp: DeleteTopicsResponse = raw_to(brokers[2])
         .await
         .call(ApiKey::DeleteTopics, 4, &delete)

@@ -3,7 +3,7 @@
 //! lost by `kill -9` and by deleting its data directory; nothing it
 //! acknowledged may be lost or duplicated.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -20,7 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// write-ahead log soon becomes collectable.
 async fn create_topic(bootstrap: &str) {
     let configs = [("segment.ms", "1000"), ("strata.compaction.policy", "none")];
-    cluster::create_topic(bootstrap, TOPIC, PARTITIONS, &configs).await;
+    common::clients::create_topic(bootstrap, TOPIC, PARTITIONS, &configs).await;
 }
 
 /// Whether `node` leads any partition of any topic.

@@ -2,7 +2,8 @@
 //! broker's own worker or by `strata compact`, merging segments in the
 //! object store while librdkafka consumers read across the gaps.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -11,24 +12,18 @@ use std::time::Duration;
 
 use common::{free_port, InProcess, Process};
 use object_store::ObjectStore;
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::producer::FutureRecord;
+use rdkafka::Offset;
 use strata::catalog::config::TopicConfig;
-use strata::catalog::TopicFile;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::policy::{for_topic, SegmentDesc};
 use strata::log::now_ms;
-use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{default_url, open, S3Options};
+use strata::manifest::Manifest;
 use strata::manifest::{objects, partition_prefix};
-use strata::manifest::{Manifest, ManifestStore};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const KEYS: usize = 20;
@@ -36,32 +31,8 @@ const VERSIONS: usize = 40;
 /// Keys 0..DELETED get a tombstone after their last version.
 const DELETED: usize = 4;
 
-const TOPIC_CONFIG: &[(&str, &str)] = &[
-    ("cleanup.policy", "compact"),
-    ("segment.bytes", "3000"),
-    ("segment.ms", "300"),
-    ("min.compaction.lag.ms", "0"),
-    ("delete.retention.ms", "0"),
-    ("strata.compaction.fanout", "2"),
-];
-
-fn client(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap);
-    c
-}
-
 async fn create_topic(bootstrap: &str, name: &str) {
-    let mut topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
-    for (k, v) in TOPIC_CONFIG {
-        topic = topic.set(k, v);
-    }
-    let admin: AdminClient<DefaultClientContext> = client(bootstrap).create().unwrap();
-    let res = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::create_topic(bootstrap, name, 1, common::QUICK_COMPACTION).await
 }
 
 /// The value of version `v` of key `k`.
@@ -73,11 +44,7 @@ fn value(k: usize, v: usize) -> String {
 /// that they spread over many segments. Returns the newest value per key
 /// (`None` for deleted keys).
 async fn produce_updates(bootstrap: &str, topic: &str) -> BTreeMap<String, Option<String>> {
-    let p: FutureProducer = client(bootstrap)
-        .set("linger.ms", "0")
-        .set("batch.size", "1000")
-        .create()
-        .unwrap();
+    let p = clients::producer(bootstrap, &[("linger.ms", "0"), ("batch.size", "1000")]);
     let mut latest = BTreeMap::new();
     for v in 0..VERSIONS {
         for k in 0..KEYS {
@@ -112,20 +79,15 @@ type Record = (i64, String, Option<String>);
 /// removed it), read by librdkafka, which must step over compaction's gaps
 /// by itself.
 fn consume_all(bootstrap: &str, topic: &str) -> Vec<Record> {
-    let c: BaseConsumer = client(bootstrap)
-        .set("group.id", "reader")
-        .set("enable.auto.commit", "false")
-        .set("max.partition.fetch.bytes", "2000")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
+    let settings = [
+        ("max.partition.fetch.bytes", "2000"),
+        ("enable.partition.eof", "true"),
+    ];
+    let c = clients::reader(bootstrap, &settings);
     let (_, high) = c
         .fetch_watermarks(topic, 0, Duration::from_secs(10))
         .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
+    clients::assign(&c, topic, 1, Offset::Beginning);
     let deadline = std::time::Instant::now() + TIMEOUT;
     let mut out: Vec<Record> = Vec::new();
     while out.last().is_none_or(|r| r.0 < high - 1) {
@@ -235,19 +197,7 @@ async fn manifest(
     store: &Arc<dyn ObjectStore>,
     topic: &str,
 ) -> Option<(Manifest, TopicConfig, uuid::Uuid)> {
-    let file: TopicFile = newest_topic_file(
-        store,
-        &object_store::path::Path::from_iter(["topics", topic]),
-    )
-    .await
-    .unwrap()?;
-    let m = ManifestStore::new(
-        store.clone(),
-        partition_prefix(topic, file.id, 0).child("manifest"),
-    )
-    .load_latest()
-    .await
-    .unwrap()?;
+    let (m, file) = common::stored_manifest(store, topic, 0).await?;
     Some((m, file.config, file.id))
 }
 
@@ -263,21 +213,14 @@ async fn wait_compacted(
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         if let Some((m, config, _)) = manifest(store, topic).await {
-            let settled = m.end_offset() == Some(end)
-                && !merged(&m).is_empty()
-                && for_topic(&config.settings())
-                    .next_job(&descs(&m), now_ms())
-                    .is_none();
+            let settled = common::compaction_settled(&m, &config, end);
             if settled && (!clean || unnamed_segments(store, &m).await.is_empty()) {
                 return m;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "compaction did not settle: {:?}",
-                m.segments
-                    .iter()
-                    .map(|s| (s.base_offset, s.level))
-                    .collect::<Vec<_>>()
+                common::levels(&m)
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -365,23 +308,13 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
         ("min.compaction.lag.ms", lag.as_str()),
         ("delete.retention.ms", "0"),
     ];
-    let mut topic = NewTopic::new("bounded", 1, TopicReplication::Fixed(1));
-    for (k, v) in config {
-        topic = topic.set(k, v);
-    }
-    let admin: AdminClient<DefaultClientContext> = client(&bootstrap).create().unwrap();
-    let res = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::create_topic(&bootstrap, "bounded", 1, &config).await;
 
     // Every write, by offset: key, value and timestamp.
-    let p: FutureProducer = client(&bootstrap)
-        .set("linger.ms", "5")
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
+    let p = clients::producer(
+        &bootstrap,
+        &[("linger.ms", "5"), ("enable.idempotence", "true")],
+    );
     let mut sends = Vec::new();
     for v in 0..BOUND_WRITES {
         for k in 0..BOUND_KEYS {
@@ -465,9 +398,7 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
                 let now = now_ms();
                 let settled = now > newest + BOUND_LAG_MS
                     && m.end_offset() == Some(end)
-                    && for_topic(&config.settings())
-                        .next_job(&descs(&m), now)
-                        .is_none()
+                    && for_topic(&config.settings()).next_job(&descs(&m), now).is_none()
                     && m.segments.iter().any(|s| s.level > 0);
                 let (records, read_end) = read(bootstrap.clone()).await;
                 if settled && records.len() <= at_most {
@@ -491,10 +422,7 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
     println!(
         "{end} records written, {} read for {live} live keys; segments (base, level) {:?}",
         records.len(),
-        m.segments
-            .iter()
-            .map(|s| (s.base_offset, s.level))
-            .collect::<Vec<_>>()
+        common::levels(&m)
     );
 
     // A lower ratio, set through AlterConfigs (which replaces every
@@ -505,7 +433,7 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
     for (k, v) in config {
         alter = alter.set(k, v);
     }
-    let res = admin
+    let res = clients::admin(&bootstrap)
         .alter_configs(&[alter], &AdminOptions::new())
         .await
         .unwrap();
@@ -521,10 +449,7 @@ async fn a_compacted_topic_refuses_records_without_a_key() {
     let broker = InProcess::start(&[]).await;
     let bootstrap = broker.bootstrap();
     create_topic(&bootstrap, "kv").await;
-    let p: FutureProducer = client(&bootstrap)
-        .set("message.send.max.retries", "0")
-        .create()
-        .unwrap();
+    let p = clients::producer(&bootstrap, &[("message.send.max.retries", "0")]);
     let keyless = p
         .send(
             FutureRecord::<(), _>::to("kv").payload("v").partition(0),
@@ -757,9 +682,8 @@ mod offsets {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     use kafka_protocol::messages::{
         ApiKey, GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-        OffsetFetchResponse, TopicName,
+        OffsetFetchResponse,
     };
-    use kafka_protocol::protocol::StrBytes;
     use strata::server::Server;
 
     const PARTITIONS: i32 = 100;
@@ -767,16 +691,12 @@ mod offsets {
     /// Requests sent before their responses are read.
     const WINDOW: i64 = 50;
 
-    fn s(v: &str) -> StrBytes {
-        StrBytes::from_string(v.to_string())
-    }
-
     fn commit(round: i64) -> OffsetCommitRequest {
         OffsetCommitRequest::default()
-            .with_group_id(GroupId(s("many-commits")))
+            .with_group_id(GroupId(common::str_bytes("many-commits")))
             .with_generation_id_or_member_epoch(-1)
             .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(TopicName(s("t")))
+                .with_name(common::topic_name("t"))
                 .with_partitions(
                     (0..PARTITIONS)
                         .map(|p| {
@@ -791,9 +711,9 @@ mod offsets {
     async fn committed(server: &Server) -> Vec<i64> {
         let mut raw = Raw::connect(server.local_addr()).await;
         let req = OffsetFetchRequest::default()
-            .with_group_id(GroupId(s("many-commits")))
+            .with_group_id(GroupId(common::str_bytes("many-commits")))
             .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-                .with_name(TopicName(s("t")))
+                .with_name(common::topic_name("t"))
                 .with_partition_indexes((0..PARTITIONS).collect())]));
         let resp: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &req).await;
         resp.topics[0]
@@ -819,16 +739,8 @@ mod offsets {
         let server = Server::start(common::config(dir.path(), &args))
             .await
             .unwrap();
-        let admin: AdminClient<DefaultClientContext> =
-            client(&server.local_addr().to_string()).create().unwrap();
-        let res = admin
-            .create_topics(
-                &[NewTopic::new("t", PARTITIONS, TopicReplication::Fixed(1))],
-                &AdminOptions::new(),
-            )
-            .await
-            .unwrap();
-        assert!(res[0].is_ok(), "{res:?}");
+        let bootstrap = server.local_addr().to_string();
+        clients::create_topic(&bootstrap, "t", PARTITIONS, &[]).await;
         let mut raw = Raw::connect(server.local_addr()).await;
         for first in (0..ROUNDS).step_by(WINDOW as usize) {
             for round in first..first + WINDOW {
@@ -851,9 +763,7 @@ mod offsets {
             let (m, config, _) = manifest(&store, "__consumer_offsets").await.unwrap();
             let tiered = m.end_offset().unwrap_or(0);
             let settled = tiered as u64 + 20_000 >= written
-                && for_topic(&config.settings())
-                    .next_job(&descs(&m), now_ms())
-                    .is_none();
+                && for_topic(&config.settings()).next_job(&descs(&m), now_ms()).is_none();
             if settled {
                 break m;
             }

@@ -1,9 +1,10 @@
 //! Consumer groups with librdkafka: balancing, members leaving and crashing,
 //! static membership, and committed offsets that survive `kill -9`.
 
-mod common;
+use crate::common;
+use common::clients::{self, assigned, numbered_values};
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,13 +17,9 @@ use kafka_protocol::messages::{
     SyncGroupRequest,
 };
 use kafka_protocol::protocol::Encodable;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::ClientContext;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const FAST: &[&str] = &[
@@ -65,77 +62,19 @@ fn member(bootstrap: &str, group: &str, extra: &[(&str, &str)]) -> Arc<Member> {
 }
 
 async fn setup(bootstrap: &str, partitions: i32, records: usize) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let res = admin
-        .create_topics(
-            &[NewTopic::new(
-                "orders",
-                partitions,
-                TopicReplication::Fixed(1),
-            )],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(res[0].is_ok());
+    clients::create_topic(bootstrap, "orders", partitions, &[]).await;
     produce(bootstrap, 0, records).await;
 }
 
 async fn produce(bootstrap: &str, from: usize, count: usize) {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
-    let sends: Vec<_> = (from..from + count)
-        .map(|i| {
-            let p = p.clone();
-            async move {
-                let key = format!("k{i}");
-                let value = format!("v{i}");
-                p.send(
-                    FutureRecord::to("orders").key(&key).payload(&value),
-                    TIMEOUT,
-                )
-                .await
-                .unwrap();
-            }
-        })
-        .collect();
-    futures::future::join_all(sends).await;
+    let p = clients::producer(bootstrap, &[("linger.ms", "5")]);
+    clients::produce_numbered(&p, "orders", from..from + count, TIMEOUT).await;
 }
 
-/// Polls every member until `want` distinct values arrived, committing after each record.
-fn consume_all(
-    members: &[&Member],
-    want: usize,
-    seen: &mut BTreeSet<String>,
-    per_member: &mut HashMap<usize, usize>,
-) {
-    let deadline = Instant::now() + TIMEOUT;
-    while seen.len() < want {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {want} records consumed",
-            seen.len()
-        );
-        for (i, m) in members.iter().enumerate() {
-            if let Some(msg) = m.poll(Duration::from_millis(50)) {
-                // Transport errors while a broker restarts are reported, not fatal.
-                let Ok(msg) = msg else { continue };
-                seen.insert(String::from_utf8(msg.payload().unwrap().to_vec()).unwrap());
-                *per_member.entry(i).or_default() += 1;
-                m.commit_message(&msg, CommitMode::Sync).unwrap();
-            }
-        }
-    }
-}
-
-fn assigned(m: &Member) -> usize {
-    m.assignment().map(|a| a.count()).unwrap_or(0)
+/// Polls every member until `want` distinct values arrived, committing after
+/// each record; how many each member read.
+fn consume_all(members: &[&Member], want: usize, seen: &mut BTreeSet<String>) -> Vec<usize> {
+    clients::consume_committing(members, want, seen, TIMEOUT)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,25 +85,21 @@ async fn members_share_partitions_and_take_over_when_one_leaves() {
     let a = member(&bs, "g1", &[]);
     let b = member(&bs, "g1", &[]);
     let mut seen = BTreeSet::new();
-    let mut per = HashMap::new();
-    consume_all(&[&a, &b], 400, &mut seen, &mut per);
+    let per = consume_all(&[&a, &b], 400, &mut seen);
     assert_eq!(
         (assigned(&a), assigned(&b)),
         (2, 2),
         "four partitions split between two members"
     );
-    assert!(
-        per.values().all(|n| *n > 0),
-        "both members consumed: {per:?}"
-    );
+    assert!(per.iter().all(|n| *n > 0), "both members consumed: {per:?}");
 
     // b leaves the group cleanly; a takes every partition and reads what comes next.
     drop(b);
     produce(&bs, 400, 100).await;
     let mut later = BTreeSet::new();
-    consume_all(&[&a], 100, &mut later, &mut HashMap::new());
+    consume_all(&[&a], 100, &mut later);
     assert_eq!(assigned(&a), 4);
-    assert_eq!(later, (400..500).map(|i| format!("v{i}")).collect());
+    assert_eq!(later, numbered_values(400..500));
 }
 
 /// A consumer-protocol subscription to "orders", as a Java client encodes it.
@@ -185,7 +120,7 @@ async fn a_crashed_member_is_expired_and_its_partitions_move() {
     setup(&bs, 2, 100).await;
     let a = member(&bs, "g2", &[]);
     let mut seen = BTreeSet::new();
-    consume_all(&[&a], 100, &mut seen, &mut HashMap::new());
+    consume_all(&[&a], 100, &mut seen);
     assert_eq!(assigned(&a), 2);
 
     // A member on a raw connection joins, gets a partition, then goes silent
@@ -227,7 +162,7 @@ async fn a_crashed_member_is_expired_and_its_partitions_move() {
     // The silent member's session expires; a gets both partitions back and reads everything new.
     produce(&bs, 100, 50).await;
     let mut later = BTreeSet::new();
-    consume_all(&[&a], 50, &mut later, &mut HashMap::new());
+    consume_all(&[&a], 50, &mut later);
     assert_eq!(assigned(&a), 2);
     assert_eq!(later, (100..150).map(|i| format!("v{i}")).collect());
 }
@@ -240,14 +175,14 @@ async fn a_static_member_restarting_within_its_session_causes_no_rebalance() {
     let stable = member(&bs, "g3", &[("group.instance.id", "stable-1")]);
     let bouncing = member(&bs, "g3", &[("group.instance.id", "bouncing-1")]);
     let mut seen = BTreeSet::new();
-    consume_all(&[&stable, &bouncing], 50, &mut seen, &mut HashMap::new());
+    consume_all(&[&stable, &bouncing], 50, &mut seen);
     let before = stable.context().assigned.load(Ordering::SeqCst);
     let before_assignment = assigned(&bouncing);
     drop(bouncing);
     let bouncing = member(&bs, "g3", &[("group.instance.id", "bouncing-1")]);
     produce(&bs, 50, 20).await;
     let mut later = BTreeSet::new();
-    consume_all(&[&stable, &bouncing], 20, &mut later, &mut HashMap::new());
+    consume_all(&[&stable, &bouncing], 20, &mut later);
     assert_eq!(assigned(&bouncing), before_assignment);
     assert_eq!(
         stable.context().assigned.load(Ordering::SeqCst),
@@ -265,7 +200,7 @@ async fn groups_and_committed_offsets_survive_kill_minus_nine() {
     setup(&bs, 3, 300).await;
     let m = member(&bs, "durable-group", &[]);
     let mut seen = BTreeSet::new();
-    consume_all(&[&m], 300, &mut seen, &mut HashMap::new());
+    consume_all(&[&m], 300, &mut seen);
     let rebalances = m.context().assigned.load(Ordering::SeqCst);
     broker.kill9();
 
@@ -275,8 +210,8 @@ async fn groups_and_committed_offsets_survive_kill_minus_nine() {
     let bs = broker.bootstrap();
     produce(&bs, 300, 30).await;
     let mut later = BTreeSet::new();
-    consume_all(&[&m], 30, &mut later, &mut HashMap::new());
-    assert_eq!(later, (300..330).map(|i| format!("v{i}")).collect());
+    consume_all(&[&m], 30, &mut later);
+    assert_eq!(later, numbered_values(300..330));
     assert_eq!(
         m.context().assigned.load(Ordering::SeqCst),
         rebalances,
@@ -288,17 +223,7 @@ async fn groups_and_committed_offsets_survive_kill_minus_nine() {
     let broker = Process::start(dir.path(), port, FAST);
     let bs = broker.bootstrap();
     let m = member(&bs, "durable-group", &[]);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset("orders", p, Offset::Invalid)
-            .unwrap();
-    }
-    let committed = m.committed_offsets(tpl, TIMEOUT).unwrap();
-    let total: i64 = committed
-        .elements()
-        .iter()
-        .map(|e| e.offset().to_raw().unwrap())
-        .sum();
+    let total = clients::committed_total(&m, "orders", 3, TIMEOUT);
     assert_eq!(total, 330, "every commit survived two kill -9s");
     // Nothing committed is delivered again.
     let deadline = Instant::now() + Duration::from_secs(3);

@@ -4,7 +4,7 @@
 //! answered before authentication, failure delay, KIP-368 session lifetime,
 //! and the errors of Alter/DescribeUserScramCredentials.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

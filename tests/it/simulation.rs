@@ -25,7 +25,7 @@
 //! checked as the chaos suite checks it: nothing acknowledged lost or moved,
 //! no value twice, nothing read that the final log does not hold at that
 //! offset. A failing seed prints itself and replays exactly:
-//! `SIM_SEED=n cargo test --release --test simulation`; `SIM_SEEDS=n` runs
+//! `SIM_SEED=n cargo test --release --test it simulation::`; `SIM_SEEDS=n` runs
 //! more seeds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -56,7 +56,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 const TOPIC: &str = "sim";
 const TOPIC_ID: Uuid = Uuid::from_u128(0x5151);
@@ -1217,7 +1217,7 @@ fn simulated_clusters_lose_nothing_and_serve_nothing_they_later_rewrite() {
     if let Some((seed, outcome)) = failed.first() {
         let failing: Vec<u64> = failed.iter().map(|(s, _)| *s).collect();
         panic!(
-            "seeds {failing:?} failed. Seed {seed}:\n  {}\n\ntrace:\n{}\n\nreplay: SIM_SEED={seed} cargo test --release --test simulation",
+            "seeds {failing:?} failed. Seed {seed}:\n  {}\n\ntrace:\n{}\n\nreplay: SIM_SEED={seed} cargo test --release --test it simulation::",
             outcome.anomalies.join("\n  "),
             outcome.trace.join("\n")
         );

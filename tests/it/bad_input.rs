@@ -2,77 +2,21 @@
 //! gets Kafka's answer (an error code, or a closed connection where Kafka
 //! closes it), and the broker keeps serving everyone else.
 
-mod common;
+use crate::common;
 
 use bytes::{Bytes, BytesMut};
-use common::{batch, InProcess, Raw};
+use common::{batch, produce_request, topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::Decodable;
 use tokio::io::AsyncWriteExt;
 
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
 async fn create(raw: &mut Raw, topic: &str, configs: &[(&str, &str)]) -> i16 {
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(5000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(1)
-            .with_replication_factor(1)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            )]);
-    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &req).await;
-    resp.topics[0].error_code
-}
-
-fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(records))])])
-}
-
-async fn produce(raw: &mut Raw, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
-    let resp: ProduceResponse = raw
-        .call(
-            ApiKey::Produce,
-            9,
-            &produce_req(topic, partition, records, -1),
-        )
-        .await;
-    let p = &resp.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
+    raw.create_topic(topic, 1, configs).await.error_code
 }
 
 async fn fetch(raw: &mut Raw, topic: &str, offset: i64) -> (i16, i64, usize) {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = raw.call(ApiKey::Fetch, 11, &req).await;
-    let p = &resp.responses[0].partitions[0];
+    let p = raw.fetch(&common::fetch_request(topic, 0, offset)).await;
     (
         p.error_code,
         p.high_watermark,
@@ -212,8 +156,10 @@ async fn corrupt_batches_invalid_names_and_unknown_partitions_get_kafka_error_co
             ApiKey::Metadata,
             12,
             &MetadataRequest::default().with_topics(Some(vec![
-                metadata_request::MetadataRequestTopic::default().with_name(Some(name("bad/name"))),
-                metadata_request::MetadataRequestTopic::default().with_name(Some(name("missing"))),
+                metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(topic_name("bad/name"))),
+                metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(topic_name("missing"))),
             ])),
         )
         .await;
@@ -232,12 +178,12 @@ async fn corrupt_batches_invalid_names_and_unknown_partitions_get_kafka_error_co
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0x01;
     assert_eq!(
-        produce(&mut raw, "t", 0, corrupt.freeze()).await.0,
+        raw.produce_result("t", 0, corrupt.freeze()).await.0,
         ResponseError::CorruptMessage.code()
     );
     // Truncated batch and two batches in one partition's data.
     assert_eq!(
-        produce(&mut raw, "t", 0, good.slice(..good.len() - 3))
+        raw.produce_result("t", 0, good.slice(..good.len() - 3))
             .await
             .0,
         ResponseError::CorruptMessage.code()
@@ -245,11 +191,11 @@ async fn corrupt_batches_invalid_names_and_unknown_partitions_get_kafka_error_co
     let mut two = BytesMut::from(&good[..]);
     two.extend_from_slice(&good);
     assert_eq!(
-        produce(&mut raw, "t", 0, two.freeze()).await.0,
+        raw.produce_result("t", 0, two.freeze()).await.0,
         ResponseError::InvalidRecord.code()
     );
     assert_eq!(
-        produce(&mut raw, "t", 0, Bytes::from_static(b"garbage"))
+        raw.produce_result("t", 0, Bytes::from_static(b"garbage"))
             .await
             .0,
         ResponseError::CorruptMessage.code()
@@ -258,14 +204,14 @@ async fn corrupt_batches_invalid_names_and_unknown_partitions_get_kafka_error_co
     assert_eq!(fetch(&mut raw, "t", 0).await, (0, 0, 0));
 
     assert_eq!(
-        produce(&mut raw, "t", 7, good.clone()).await.0,
+        raw.produce_result("t", 7, good.clone()).await.0,
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(
-        produce(&mut raw, "nope", 0, good.clone()).await.0,
+        raw.produce_result("nope", 0, good.clone()).await.0,
         ResponseError::UnknownTopicOrPartition.code()
     );
-    assert_eq!(produce(&mut raw, "t", 0, good.clone()).await, (0, 0));
+    assert_eq!(raw.produce_result("t", 0, good.clone()).await, (0, 0));
     assert_eq!(fetch(&mut raw, "t", 2).await.1, 2);
 
     // Offsets outside [log start, high watermark].
@@ -280,7 +226,11 @@ async fn corrupt_batches_invalid_names_and_unknown_partitions_get_kafka_error_co
 
     // acks outside {-1, 0, 1}.
     let resp: ProduceResponse = raw
-        .call(ApiKey::Produce, 9, &produce_req("t", 0, good.clone(), 7))
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_request("t", 0, good.clone(), 7),
+        )
         .await;
     assert_eq!(
         resp.responses[0].partition_responses[0].error_code,
@@ -299,13 +249,14 @@ async fn batches_over_max_message_bytes_are_refused() {
     );
     let big = vec![b'x'; 2000];
     assert_eq!(
-        produce(&mut raw, "small", 0, batch(&[&big], -1, -1, -1))
+        raw.produce_result("small", 0, batch(&[&big], -1, -1, -1))
             .await
             .0,
         ResponseError::MessageTooLarge.code()
     );
     assert_eq!(
-        produce(&mut raw, "small", 0, batch(&[b"fits"], -1, -1, -1)).await,
+        raw.produce_result("small", 0, batch(&[b"fits"], -1, -1, -1))
+            .await,
         (0, 0)
     );
 }
@@ -317,29 +268,31 @@ async fn idempotent_sequences_detect_duplicates_and_gaps() {
     assert_eq!(create(&mut raw, "idem", &[]).await, 0);
     let id = common::init_producer_id(&mut raw).await;
     let first = batch(&[b"a", b"b"], id, 0, 0);
-    assert_eq!(produce(&mut raw, "idem", 0, first.clone()).await, (0, 0));
+    assert_eq!(raw.produce_result("idem", 0, first.clone()).await, (0, 0));
     // A retry of the same batch is acknowledged with its original offset and not stored again.
-    assert_eq!(produce(&mut raw, "idem", 0, first).await, (0, 0));
+    assert_eq!(raw.produce_result("idem", 0, first).await, (0, 0));
     // A gap in the sequence.
     assert_eq!(
-        produce(&mut raw, "idem", 0, batch(&[b"c"], id, 0, 5))
+        raw.produce_result("idem", 0, batch(&[b"c"], id, 0, 5))
             .await
             .0,
         ResponseError::OutOfOrderSequenceNumber.code()
     );
     // A stale epoch after a bump.
     assert_eq!(
-        produce(&mut raw, "idem", 0, batch(&[b"c"], id, 1, 0)).await,
+        raw.produce_result("idem", 0, batch(&[b"c"], id, 1, 0))
+            .await,
         (0, 2)
     );
     assert_eq!(
-        produce(&mut raw, "idem", 0, batch(&[b"d"], id, 0, 2))
+        raw.produce_result("idem", 0, batch(&[b"d"], id, 0, 2))
             .await
             .0,
         ResponseError::InvalidProducerEpoch.code()
     );
     assert_eq!(
-        produce(&mut raw, "idem", 0, batch(&[b"d"], id, 1, 1)).await,
+        raw.produce_result("idem", 0, batch(&[b"d"], id, 1, 1))
+            .await,
         (0, 3)
     );
     assert_eq!(fetch(&mut raw, "idem", 0).await.1, 4);
@@ -355,14 +308,14 @@ async fn pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_response
             raw.send(
                 ApiKey::Produce,
                 9,
-                &produce_req("p", 0, batch(&[b"zero"], -1, -1, -1), 0),
+                &produce_request("p", 0, batch(&[b"zero"], -1, -1, -1), 0),
             )
             .await;
         } else if i % 2 == 0 {
             raw.send(
                 ApiKey::Produce,
                 9,
-                &produce_req("p", 0, batch(&[b"v"], -1, -1, -1), -1),
+                &produce_request("p", 0, batch(&[b"v"], -1, -1, -1), -1),
             )
             .await;
         } else {
@@ -410,7 +363,8 @@ async fn thousands_of_idle_connections_do_not_starve_a_working_client() {
     let started = std::time::Instant::now();
     for i in 0..100 {
         assert_eq!(
-            produce(&mut raw, "busy", 0, batch(&[b"x"], -1, -1, -1)).await,
+            raw.produce_result("busy", 0, batch(&[b"x"], -1, -1, -1))
+                .await,
             (0, i)
         );
     }

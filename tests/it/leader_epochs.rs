@@ -5,14 +5,14 @@
 //! Records go in through librdkafka; the APIs librdkafka does not expose are
 //! sent over the raw protocol.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::{batch, InProcess, Raw};
+use common::{batch, topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
@@ -22,21 +22,13 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use uuid::Uuid;
 
 const TOPIC: &str = "epochs";
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
 
 fn code(e: ResponseError) -> i16 {
     e.code()
@@ -55,7 +47,7 @@ async fn epoch_end(
     let req = OffsetForLeaderEpochRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_topics(vec![OffsetForLeaderTopic::default()
-            .with_topic(name(topic))
+            .with_topic(topic_name(topic))
             .with_partitions(vec![OffsetForLeaderPartition::default()
                 .with_partition(partition)
                 .with_current_leader_epoch(current)
@@ -63,7 +55,7 @@ async fn epoch_end(
     let resp: OffsetForLeaderEpochResponse =
         raw.call(ApiKey::OffsetForLeaderEpoch, version, &req).await;
     assert_eq!(resp.topics.len(), 1);
-    assert_eq!(resp.topics[0].topic, name(topic));
+    assert_eq!(resp.topics[0].topic, topic_name(topic));
     let p = resp.topics[0].partitions[0].clone();
     assert_eq!(p.partition, partition);
     p
@@ -79,31 +71,10 @@ async fn answer(raw: &mut Raw, current: i32, requested: i32) -> (i16, i32, i64) 
 async fn a_single_broker_answers_epoch_zero_with_its_log_end() {
     let broker = InProcess::start(&[]).await;
     let mut raw = Raw::connect(broker.addr()).await;
-    let created: CreateTopicsResponse = raw
-        .call(
-            ApiKey::CreateTopics,
-            7,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(5000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(name(TOPIC))
-                    .with_num_partitions(1)
-                    .with_replication_factor(1)]),
-        )
-        .await;
-    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(raw.create_topic(TOPIC, 1, &[]).await.error_code, 0);
     for i in 0..3 {
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(5000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(TOPIC))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(batch(&[b"a", b"b"], -1, 0, 0)))])]);
-        let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-        let p = &resp.responses[0].partition_responses[0];
-        assert_eq!((p.error_code, p.base_offset), (0, i * 2));
+        let records = batch(&[b"a", b"b"], -1, 0, 0);
+        assert_eq!(raw.produce_result(TOPIC, 0, records).await, (0, i * 2));
     }
     // One broker leads at epoch 0 forever: epoch 0 is the current one.
     assert_eq!(answer(&mut raw, 0, 0).await, (0, 0, 6));
@@ -141,7 +112,7 @@ async fn a_single_broker_answers_epoch_zero_with_its_log_end() {
             &DeleteRecordsRequest::default()
                 .with_timeout_ms(5000)
                 .with_topics(vec![DeleteRecordsTopic::default()
-                    .with_name(name(TOPIC))
+                    .with_name(topic_name(TOPIC))
                     .with_partitions(vec![DeleteRecordsPartition::default()
                         .with_partition_index(0)
                         .with_offset(4)])]),
@@ -157,7 +128,7 @@ async fn leader(addr: std::net::SocketAddr) -> Option<(i32, i32, Uuid)> {
     let mut raw = Raw::connect(addr).await;
     let req = MetadataRequest::default()
         .with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(name(TOPIC)))
+            MetadataRequestTopic::default().with_name(Some(topic_name(TOPIC)))
         ]))
         .with_allow_auto_topic_creation(false);
     let resp: MetadataResponse = raw.call(ApiKey::Metadata, 12, &req).await;
@@ -190,13 +161,14 @@ async fn new_leader(cluster: &Cluster, old: Option<i32>, epoch: i32) -> (i32, i3
 /// Produces `count` records to partition 0 through librdkafka; returns the
 /// offset of the last one.
 async fn produce(bootstrap: &str, count: usize) -> i64 {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .unwrap();
+    let p: FutureProducer = clients::producer(
+        bootstrap,
+        &[
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("message.timeout.ms", "30000"),
+        ],
+    );
     let mut last = -1;
     for i in 0..count {
         let value = format!("v{i}");
@@ -240,14 +212,7 @@ fn tiered_end(store: &std::path::Path) -> i64 {
 }
 
 fn produce_v(topic: &str) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch(&[b"x"], -1, 0, 0)))])])
+    common::produce_request(topic, 0, batch(&[b"x"], -1, 0, 0), 1)
 }
 
 fn fetch_v(topic_id: Uuid, current_leader_epoch: i32) -> FetchRequest {
@@ -256,7 +221,7 @@ fn fetch_v(topic_id: Uuid, current_leader_epoch: i32) -> FetchRequest {
         .with_max_wait_ms(0)
         .with_max_bytes(1 << 20)
         .with_topics(vec![FetchTopic::default()
-            .with_topic(name(TOPIC))
+            .with_topic(topic_name(TOPIC))
             .with_topic_id(topic_id)
             .with_partitions(vec![FetchPartition::default()
                 .with_current_leader_epoch(current_leader_epoch)
@@ -310,10 +275,7 @@ async fn epochs_end_where_the_next_leader_began_across_failovers() {
     let Some(mut cluster) = Cluster::start(&[1, 2, 3]).await else {
         return;
     };
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap())
-        .create()
-        .unwrap();
+    let admin = clients::admin(&cluster.bootstrap());
     // Idle segments roll within a second, so they soon reach the store.
     let topic = NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1))
         .set("segment.ms", "1000")

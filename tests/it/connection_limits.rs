@@ -2,7 +2,7 @@
 //! extra connection at accept, `--max-connections` holds newcomers until a
 //! slot frees, `--connections-max-idle-ms` closes a silent connection.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,9 +5,10 @@
 //! SASL listener, all under `--authorizer acl` where ANONYMOUS may do
 //! nothing and only the broker's principal is a super user.
 
-mod common;
+use crate::common;
+use common::clients;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -15,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use common::InProcess;
 use object_store::ObjectStore;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -24,10 +23,8 @@ use rdkafka::producer::{
     BaseRecord, DefaultProducerContext, FutureProducer, FutureRecord, Producer, ThreadedProducer,
 };
 use rdkafka::{Offset, TopicPartitionList};
-use strata::catalog::TopicFile;
-use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{default_url, open, S3Options};
-use strata::manifest::{partition_prefix, Manifest, ManifestStore};
+use strata::manifest::Manifest;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -127,37 +124,16 @@ const COMPACTED: &[(&str, &str)] = &[
     ("strata.compaction.fanout", "2"),
 ];
 
-async fn create_topic(client: &ClientConfig, name: &str, partitions: i32, cfg: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = client.create().unwrap();
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in cfg {
-        topic = topic.set(k, v);
-    }
-    let res = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
-}
-
 /// The manifest of partition 0 of `topic`, from the store.
 async fn manifest(store: &Arc<dyn ObjectStore>, topic: &str) -> Option<Manifest> {
-    let path = object_store::path::Path::from_iter(["topics", topic]);
-    let file: TopicFile = newest_topic_file(store, &path).await.unwrap()?;
-    ManifestStore::new(
-        store.clone(),
-        partition_prefix(topic, file.id, 0).child("manifest"),
-    )
-    .load_latest()
-    .await
-    .unwrap()
+    Some(common::stored_manifest(store, topic, 0).await?.0)
 }
 
 /// Keyed updates into a compacted topic through `client`, then waits until
 /// a merged (level > 0) segment is in the manifest: only the broker's own
 /// worker merges, so it consumed its job through the secured listener.
 async fn compacts_through(client: ClientConfig, broker: &InProcess) {
-    create_topic(&client, "kv", 1, COMPACTED).await;
+    clients::create_topic_with(&client, "kv", 1, COMPACTED).await;
     let producer: FutureProducer = client
         .clone()
         .set("linger.ms", "0")
@@ -301,22 +277,6 @@ fn admin_client(bootstrap: &str) -> ClientConfig {
     c
 }
 
-/// Leader of each partition of `topic`, once every one has a leader.
-fn leaders(client: &ClientConfig, topic: &str, partitions: i32) -> Option<BTreeMap<i32, i32>> {
-    let consumer: BaseConsumer = client.clone().set("group.id", "unused").create().unwrap();
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(5))
-        .ok()?;
-    let t = md.topics().iter().find(|t| t.name() == topic)?;
-    let leaders: BTreeMap<i32, i32> = t
-        .partitions()
-        .iter()
-        .filter(|p| p.error().is_none() && p.leader() >= 0)
-        .map(|p| (p.id(), p.leader()))
-        .collect();
-    (leaders.len() == partitions as usize).then_some(leaders)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_sasl_only_cluster_markers_reach_other_leaders_as_the_broker_principal() {
     let settings = common::cluster::Settings {
@@ -344,11 +304,11 @@ async fn in_a_sasl_only_cluster_markers_reach_other_leaders_as_the_broker_princi
         return;
     };
     let client = admin_client(&cluster.bootstrap());
-    create_topic(&client, "spread", 3, &[]).await;
+    clients::create_topic_with(&client, "spread", 3, &[]).await;
     // Spread over the brokers, so that markers go to other brokers.
     let deadline = Instant::now() + TIMEOUT;
     let spread = loop {
-        match leaders(&client, "spread", 3) {
+        match clients::leaders_with(&client, "spread", 3) {
             Some(l) if l.values().collect::<BTreeSet<_>>().len() >= 2 => break l,
             other => assert!(Instant::now() < deadline, "leaders: {other:?}"),
         }

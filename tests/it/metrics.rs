@@ -3,7 +3,8 @@
 //! while the broker starts and `/readyz` only once it serves and its object
 //! store answers (and, in a cluster, while its etcd lease is live).
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,9 +12,7 @@ use std::time::{Duration, Instant};
 use common::{free_port, Process};
 use object_store::memory::InMemory;
 use prometheus_parse::{Scrape, Value};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -80,10 +79,7 @@ async fn metrics_show_the_traffic_just_generated() {
     );
 
     let bootstrap = broker.bootstrap();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .unwrap();
+    let admin = clients::admin(&bootstrap);
     let topic = NewTopic::new("metered", 1, TopicReplication::Fixed(1));
     let created = admin
         .create_topics([&topic], &AdminOptions::new())
@@ -97,12 +93,8 @@ async fn metrics_show_the_traffic_just_generated() {
         .unwrap();
     assert!(again[0].is_err(), "{again:?}");
 
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("acks", "all")
-        .set("linger.ms", "0")
-        .create()
-        .unwrap();
+    let producer: FutureProducer =
+        clients::producer(&bootstrap, &[("acks", "all"), ("linger.ms", "0")]);
     let payload = [7u8; 100];
     for i in 0..100 {
         let key = i.to_string();
@@ -117,13 +109,16 @@ async fn metrics_show_the_traffic_just_generated() {
 
     // A group reads everything and commits offset 60 of the 100: lag 40.
     let consumed = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("group.id", "metered-readers")
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .create()
-            .unwrap();
+        let consumer: BaseConsumer = clients::client(
+            &bootstrap,
+            &[
+                ("group.id", "metered-readers"),
+                ("enable.auto.commit", "false"),
+                ("auto.offset.reset", "earliest"),
+            ],
+        )
+        .create()
+        .unwrap();
         consumer.subscribe(&["metered"]).unwrap();
         let deadline = Instant::now() + TIMEOUT;
         let mut count = 0;

@@ -4,66 +4,35 @@
 //! with -9 after it answered EndTxn but before its COMMIT/ABORT markers
 //! reached every partition: on restart the coordinator finishes the
 //! transaction from `__transaction_state`, so a read_committed consumer sees
-//! all of it, or none of an aborted one. (Fencing: tests/txn_coordinator.rs
+//! all of it, or none of an aborted one. (Fencing: tests/it/txn_coordinator.rs
 //! and the Java TransactionsTest.)
 
-mod common;
+use crate::common;
+use common::clients::{self, send, TxnProducer};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{free_port, Process};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-type TxnProducer = ThreadedProducer<DefaultProducerContext>;
-
 fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let res = rt
-        .block_on(admin.create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        ))
-        .unwrap();
-    assert!(res[0].is_ok(), "create {name}: {:?}", res[0]);
+    rt.block_on(clients::create_topic(bootstrap, name, partitions, &[]));
 }
 
 fn transactional_producer(bootstrap: &str, transactional_id: &str) -> TxnProducer {
-    let p: TxnProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("transactional.id", transactional_id)
-        .set("transaction.timeout.ms", "60000")
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
-    p.init_transactions(TIMEOUT).expect("init_transactions");
-    p
-}
-
-fn send(p: &TxnProducer, topic: &str, partition: i32, value: &str) {
-    p.send(
-        BaseRecord::<(), str>::to(topic)
-            .partition(partition)
-            .payload(value),
-    )
-    .map_err(|(e, _)| e)
-    .expect("enqueue");
+    let settings = [("transaction.timeout.ms", "60000"), ("linger.ms", "5")];
+    clients::transactional_producer(bootstrap, transactional_id, &settings, TIMEOUT)
 }
 
 /// Sends `per_partition` records `"{prefix}-{partition}-{i}"` to every partition.
@@ -82,14 +51,11 @@ fn expected(partitions: i32, per_partition: usize, prefix: &str) -> BTreeSet<Str
 }
 
 fn consumer(bootstrap: &str, isolation: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap()
+    let settings = [
+        ("enable.partition.eof", "true"),
+        ("isolation.level", isolation),
+    ];
+    clients::reader(bootstrap, &settings)
 }
 
 /// Reads every partition from the beginning until at least `at_least` values
@@ -103,12 +69,7 @@ fn read(
     at_least: usize,
 ) -> Vec<String> {
     let c = consumer(bootstrap, isolation);
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    clients::assign(&c, topic, partitions, Offset::Beginning);
     let mut at_end = vec![false; partitions as usize];
     let mut got = Vec::new();
     let deadline = Instant::now() + TIMEOUT;
@@ -150,10 +111,12 @@ fn assert_read(got: &[String], want: &BTreeSet<String>, what: &str) {
 
 /// High watermark per partition as a read_uncommitted reader sees it.
 fn high_watermarks(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let c = consumer(bootstrap, "read_uncommitted");
-    (0..partitions)
-        .map(|p| (p, c.fetch_watermarks(topic, p, TIMEOUT).unwrap().1))
-        .collect()
+    clients::high_watermarks(
+        &consumer(bootstrap, "read_uncommitted"),
+        topic,
+        partitions,
+        TIMEOUT,
+    )
 }
 
 #[test]
@@ -196,11 +159,10 @@ fn an_open_transaction_holds_read_committed_readers_at_its_first_offset() {
     let bs = broker.bootstrap();
     create_topic(&bs, "open", 1);
 
-    let plain: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
+    let plain: ThreadedProducer<DefaultProducerContext> =
+        clients::client(&bs, &[("enable.idempotence", "true")])
+            .create()
+            .unwrap();
     let send_plain = |v: &str| {
         plain
             .send(BaseRecord::<(), str>::to("open").partition(0).payload(v))

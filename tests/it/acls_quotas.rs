@@ -9,7 +9,8 @@
 //! brokers run with `--allow-everyone-if-no-acl-found true`: a resource with
 //! no ACL is open, one with ACLs is decided by them.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,10 +69,7 @@ async fn create_acls(addr: std::net::SocketAddr, acls: Vec<AclCreation>) {
 }
 
 async fn produce_one(bootstrap: &str, topic: &str) {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
+    let p: FutureProducer = clients::producer(bootstrap, &[]);
     p.send(FutureRecord::to(topic).key("k").payload("v"), TIMEOUT)
         .await
         .unwrap();
@@ -80,14 +78,17 @@ async fn produce_one(bootstrap: &str, topic: &str) {
 fn consumer(bootstrap: &str) -> BaseConsumer {
     static GROUP: AtomicU64 = AtomicU64::new(0);
     let group = format!("acl-test-{}", GROUP.fetch_add(1, Ordering::Relaxed));
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", &group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("allow.auto.create.topics", "false")
-        .create()
-        .unwrap()
+    clients::client(
+        bootstrap,
+        &[
+            ("group.id", &group),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("allow.auto.create.topics", "false"),
+        ],
+    )
+    .create()
+    .unwrap()
 }
 
 /// The first record of `topic`, or the error reading it. A subscription,
@@ -109,14 +110,7 @@ fn read_first(bootstrap: &str, topic: &str) -> Result<String, KafkaError> {
 /// A raw Fetch of partition 0 of `topic`: its error code.
 async fn fetch_error(addr: std::net::SocketAddr, topic: &str) -> i16 {
     let mut raw = Raw::connect(addr).await;
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![fetch_request::FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.into())))
-            .with_partitions(vec![fetch_request::FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let req = common::fetch_request(topic, 0, 0);
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
     resp.responses[0].partitions[0].error_code
 }
@@ -157,16 +151,7 @@ async fn a_principal_without_read_is_refused_and_does_not_see_the_topic() {
 
     // Produce needs WRITE: refused the same way.
     let mut raw = Raw::connect(broker.addr()).await;
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("secret")))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(common::batch(&[b"x"], -1, 0, 0))),
-            ])]);
+    let req = common::produce_request("secret", 0, common::batch(&[b"x"], -1, 0, 0), 1);
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 29);
 }
@@ -304,16 +289,7 @@ async fn a_client_over_its_produce_quota_is_throttled_near_the_quota() {
     // The raw client is told how long to wait once it is over.
     let mut raw = Raw::connect(broker.addr()).await;
     let value = vec![b'x'; 20_000];
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![produce_request::TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("metered")))
-            .with_partition_data(vec![
-                produce_request::PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(common::batch(&[&value], -1, 0, 0))),
-            ])]);
+    let req = common::produce_request("metered", 0, common::batch(&[&value], -1, 0, 0), 1);
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
     assert!(resp.throttle_time_ms > 0, "{}", resp.throttle_time_ms);
@@ -473,11 +449,7 @@ async fn transaction_apis_need_write_on_the_transactional_id_and_the_topics() {
     )
     .await;
 
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("transactional.id", "txn-ok")
-        .create()
-        .unwrap();
+    let p: FutureProducer = clients::producer(&bootstrap, &[("transactional.id", "txn-ok")]);
     p.init_transactions(TIMEOUT).unwrap();
     p.begin_transaction().unwrap();
     p.send(FutureRecord::to("open").key("k").payload("t"), TIMEOUT)

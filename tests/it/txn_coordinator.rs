@@ -7,87 +7,38 @@
 //! `__transaction_state`, the abort of a transaction past its timeout, and
 //! a broker killed between the EndTxn answer and the markers.
 
-mod common;
+use crate::common;
+use common::clients::{self, send, TxnProducer};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{free_port, InProcess, Process, Raw};
+use common::{free_port, str_bytes, topic_name, InProcess, Process, Raw};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-type TxnProducer = ThreadedProducer<DefaultProducerContext>;
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
 async fn create_topic(bootstrap: &str, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap();
-    let res = admin
-        .create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{:?}", res[0]);
+    clients::create_topic(bootstrap, name, partitions, &[]).await
 }
 
 fn producer(bootstrap: &str, transactional_id: &str) -> TxnProducer {
-    let p: TxnProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("transactional.id", transactional_id)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
-    p.init_transactions(TIMEOUT).expect("init_transactions");
-    p
-}
-
-fn send(p: &TxnProducer, topic: &str, partition: i32, value: &str) {
-    p.send(
-        BaseRecord::<(), str>::to(topic)
-            .partition(partition)
-            .payload(value),
-    )
-    .map_err(|(e, _)| e)
-    .unwrap();
+    clients::transactional_producer(bootstrap, transactional_id, &[("linger.ms", "5")], TIMEOUT)
 }
 
 /// Every value in `topic` (all partitions), read with `isolation`.
 fn read_all(bootstrap: &str, topic: &str, partitions: i32, isolation: &str) -> BTreeSet<String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "readers")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", isolation)
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = clients::reader(bootstrap, &[("isolation.level", isolation)]);
+    clients::assign(&c, topic, partitions, Offset::Beginning);
     let mut out = BTreeSet::new();
     let mut quiet_since = Instant::now();
     let deadline = Instant::now() + TIMEOUT;
@@ -129,7 +80,7 @@ async fn describe(raw: &mut Raw, id: &str) -> describe_transactions_response::Tr
             ApiKey::DescribeTransactions,
             0,
             &DescribeTransactionsRequest::default()
-                .with_transactional_ids(vec![TransactionalId(s(id))]),
+                .with_transactional_ids(vec![TransactionalId(str_bytes(id))]),
         )
         .await;
     resp.transaction_states.into_iter().next().unwrap()
@@ -187,11 +138,11 @@ async fn committed_transactions_are_read_and_aborted_ones_are_not() {
             ApiKey::ListTransactions,
             1,
             &ListTransactionsRequest::default()
-                .with_state_filters(vec![s("CompleteCommit"), s("Bogus")])
+                .with_state_filters(vec![str_bytes("CompleteCommit"), str_bytes("Bogus")])
                 .with_duration_filter(-1),
         )
         .await;
-    assert_eq!(listed.unknown_state_filters, vec![s("Bogus")]);
+    assert_eq!(listed.unknown_state_filters, vec![str_bytes("Bogus")]);
     assert_eq!(listed.transaction_states.len(), 1);
     assert_eq!(listed.transaction_states[0].producer_id, d.producer_id);
     let none: ListTransactionsResponse = raw
@@ -243,13 +194,16 @@ async fn offsets_sent_to_a_transaction_reach_the_group_only_when_it_commits() {
     let bootstrap = b.bootstrap();
     create_topic(&bootstrap, "in", 1).await;
     create_topic(&bootstrap, "out", 1).await;
-    let group: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "processors")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
+    let group: BaseConsumer = clients::client(
+        &bootstrap,
+        &[
+            ("group.id", "processors"),
+            ("enable.auto.commit", "false"),
+            ("isolation.level", "read_committed"),
+        ],
+    )
+    .create()
+    .unwrap();
     let committed = |group: &BaseConsumer| {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition("in", 0);
@@ -286,11 +240,12 @@ async fn offsets_sent_to_a_transaction_reach_the_group_only_when_it_commits() {
     let server = strata::server::Server::start(common::config(dir.path(), &[]))
         .await
         .unwrap();
-    let group: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", server.local_addr().to_string())
-        .set("group.id", "processors")
-        .create()
-        .unwrap();
+    let group: BaseConsumer = clients::client(
+        &server.local_addr().to_string(),
+        &[("group.id", "processors")],
+    )
+    .create()
+    .unwrap();
     assert_eq!(committed(&group), Offset::Offset(7));
     server.shutdown().await.unwrap();
 }
@@ -300,7 +255,7 @@ async fn init(raw: &mut Raw, id: &str, timeout_ms: i32, version: i16) -> InitPro
         ApiKey::InitProducerId,
         version,
         &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transactional_id(Some(TransactionalId(str_bytes(id))))
             .with_transaction_timeout_ms(timeout_ms)
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
@@ -317,11 +272,11 @@ async fn add_partitions(
     version: i16,
 ) -> i16 {
     let req = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(TransactionalId(s(id)))
+        .with_v3_and_below_transactional_id(TransactionalId(str_bytes(id)))
         .with_v3_and_below_producer_id(ProducerId(producer.0))
         .with_v3_and_below_producer_epoch(producer.1)
         .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-            .with_name(TopicName(s(topic)))
+            .with_name(topic_name(topic))
             .with_partitions(partitions)]);
     let resp: AddPartitionsToTxnResponse =
         raw.call(ApiKey::AddPartitionsToTxn, version, &req).await;
@@ -334,7 +289,7 @@ async fn end(raw: &mut Raw, id: &str, producer: (i64, i16), commit: bool, versio
             ApiKey::EndTxn,
             version,
             &EndTxnRequest::default()
-                .with_transactional_id(TransactionalId(s(id)))
+                .with_transactional_id(TransactionalId(str_bytes(id)))
                 .with_producer_id(ProducerId(producer.0))
                 .with_producer_epoch(producer.1)
                 .with_committed(commit),
@@ -373,15 +328,8 @@ async fn produce_to(
         Compression::None,
     )
     .unwrap();
-    let req = ProduceRequest::default()
-        .with_transactional_id(Some(TransactionalId(s(id))))
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(s(topic)))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(records))])]);
+    let req = common::produce_request(topic, partition, records, -1)
+        .with_transactional_id(Some(TransactionalId(str_bytes(id))));
     let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
     assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
 }
@@ -392,15 +340,7 @@ async fn records(raw: &mut Raw, topic: &str) -> Vec<(bool, i64, String)> {
 }
 
 async fn records_of(raw: &mut Raw, topic: &str, partition: i32) -> Vec<(bool, i64, String)> {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(s(topic)))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
+    let req = common::fetch_request(topic, partition, 0);
     let resp: FetchResponse = raw.call(ApiKey::Fetch, 12, &req).await;
     let p = &resp.responses[0].partitions[0];
     assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
@@ -437,7 +377,7 @@ async fn wrong_requests_get_kafkas_error_codes() {
             4,
             &FindCoordinatorRequest::default()
                 .with_key_type(1)
-                .with_coordinator_keys(vec![s("tx")]),
+                .with_coordinator_keys(vec![str_bytes("tx")]),
         )
         .await;
     assert_eq!(found.coordinators[0].error_code, 0);
@@ -545,7 +485,7 @@ async fn transaction_log(raw: &mut Raw) -> Vec<(String, i64, i16, i8)> {
         .with_max_wait_ms(0)
         .with_max_bytes(1 << 20)
         .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(s("__transaction_state")))
+            .with_topic(TopicName(str_bytes("__transaction_state")))
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(0)
                 .with_fetch_offset(0)
@@ -641,7 +581,7 @@ async fn coordinator_port(via: &str) -> Option<u16> {
             4,
             &FindCoordinatorRequest::default()
                 .with_key_type(1)
-                .with_coordinator_keys(vec![s("spread")]),
+                .with_coordinator_keys(vec![str_bytes("spread")]),
         )
         .await;
     let c = &found.coordinators[0];
@@ -659,7 +599,7 @@ async fn in_a_cluster_markers_reach_every_leader_and_a_new_coordinator_finishes_
         return;
     };
     let bootstrap = cluster.bootstrap();
-    common::cluster::create_topic(&bootstrap, "spread", 3, &[]).await;
+    clients::create_topic(&bootstrap, "spread", 3, &[]).await;
     let leaders = common::cluster::wait_for_leaders(&bootstrap, "spread", 3, |l| {
         // Spread over the brokers, so that markers go to other brokers.
         l.len() == 3 && l.values().collect::<BTreeSet<_>>().len() >= 2

@@ -2,14 +2,13 @@
 //! session expiry and the error codes for bad commits, with no effect on other
 //! groups.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{InProcess, Raw};
+use common::{str_bytes, topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -17,7 +16,6 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 
 const FAST: &[&str] = &[
     "--group-initial-rebalance-delay-ms",
@@ -26,10 +24,6 @@ const FAST: &[&str] = &[
     "500",
 ];
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
 fn join_req(
     group: &str,
     member: &str,
@@ -37,14 +31,14 @@ fn join_req(
     session_ms: i32,
 ) -> JoinGroupRequest {
     JoinGroupRequest::default()
-        .with_group_id(GroupId(s(group)))
+        .with_group_id(GroupId(str_bytes(group)))
         .with_session_timeout_ms(session_ms)
         .with_rebalance_timeout_ms(session_ms)
-        .with_member_id(s(member))
-        .with_group_instance_id(instance.map(s))
-        .with_protocol_type(s("consumer"))
+        .with_member_id(str_bytes(member))
+        .with_group_instance_id(instance.map(str_bytes))
+        .with_protocol_type(str_bytes("consumer"))
         .with_protocols(vec![JoinGroupRequestProtocol::default()
-            .with_name(s("range"))
+            .with_name(str_bytes("range"))
             .with_metadata(Bytes::from_static(b"sub"))])
 }
 
@@ -71,11 +65,11 @@ async fn sync(
     assignment: &'static [u8],
 ) -> SyncGroupResponse {
     let req = SyncGroupRequest::default()
-        .with_group_id(GroupId(s(group)))
+        .with_group_id(GroupId(str_bytes(group)))
         .with_generation_id(generation)
-        .with_member_id(s(member))
+        .with_member_id(str_bytes(member))
         .with_assignments(vec![SyncGroupRequestAssignment::default()
-            .with_member_id(s(member))
+            .with_member_id(str_bytes(member))
             .with_assignment(Bytes::from_static(assignment))]);
     raw.call(ApiKey::SyncGroup, 5, &req).await
 }
@@ -88,9 +82,9 @@ async fn heartbeat(
     generation: i32,
 ) -> i16 {
     let req = HeartbeatRequest::default()
-        .with_group_id(GroupId(s(group)))
-        .with_member_id(s(member))
-        .with_group_instance_id(instance.map(s))
+        .with_group_id(GroupId(str_bytes(group)))
+        .with_member_id(str_bytes(member))
+        .with_group_instance_id(instance.map(str_bytes))
         .with_generation_id(generation);
     let resp: HeartbeatResponse = raw.call(ApiKey::Heartbeat, 4, &req).await;
     resp.error_code
@@ -105,24 +99,24 @@ async fn commit(
     metadata: &str,
 ) -> i16 {
     let req = OffsetCommitRequest::default()
-        .with_group_id(GroupId(s(group)))
+        .with_group_id(GroupId(str_bytes(group)))
         .with_generation_id_or_member_epoch(generation)
-        .with_member_id(s(member))
+        .with_member_id(str_bytes(member))
         .with_topics(vec![OffsetCommitRequestTopic::default()
-            .with_name(TopicName(s(topic)))
+            .with_name(topic_name(topic))
             .with_partitions(vec![OffsetCommitRequestPartition::default()
                 .with_partition_index(partition)
                 .with_committed_offset(offset)
-                .with_committed_metadata(Some(s(metadata)))])]);
+                .with_committed_metadata(Some(str_bytes(metadata)))])]);
     let resp: OffsetCommitResponse = raw.call(ApiKey::OffsetCommit, 8, &req).await;
     resp.topics[0].partitions[0].error_code
 }
 
 async fn committed(raw: &mut Raw, group: &str, topic: &str, partition: i32) -> (i64, String) {
     let req = OffsetFetchRequest::default()
-        .with_group_id(GroupId(s(group)))
+        .with_group_id(GroupId(str_bytes(group)))
         .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-            .with_name(TopicName(s(topic)))
+            .with_name(topic_name(topic))
             .with_partition_indexes(vec![partition])]));
     let resp: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &req).await;
     let p = &resp.topics[0].partitions[0];
@@ -136,12 +130,7 @@ async fn committed(raw: &mut Raw, group: &str, topic: &str, partition: i32) -> (
 }
 
 async fn create_topic(raw: &mut Raw, name: &str) {
-    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(TopicName(s(name)))
-        .with_num_partitions(2)
-        .with_replication_factor(1)]);
-    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0);
+    assert_eq!(raw.create_topic(name, 2, &[]).await.error_code, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,20 +199,20 @@ async fn join_sync_heartbeat_and_fencing() {
     assert!(b_join.members.is_empty());
     // Follower waits for the leader's assignment.
     let req = SyncGroupRequest::default()
-        .with_group_id(GroupId(s("g")))
+        .with_group_id(GroupId(str_bytes("g")))
         .with_generation_id(2)
-        .with_member_id(s(&b_id));
+        .with_member_id(str_bytes(&b_id));
     b.send(ApiKey::SyncGroup, 5, &req).await;
     let leader_sync = SyncGroupRequest::default()
-        .with_group_id(GroupId(s("g")))
+        .with_group_id(GroupId(str_bytes("g")))
         .with_generation_id(2)
-        .with_member_id(s(&me))
+        .with_member_id(str_bytes(&me))
         .with_assignments(vec![
             SyncGroupRequestAssignment::default()
-                .with_member_id(s(&me))
+                .with_member_id(str_bytes(&me))
                 .with_assignment(Bytes::from_static(b"p0")),
             SyncGroupRequestAssignment::default()
-                .with_member_id(s(&b_id))
+                .with_member_id(str_bytes(&b_id))
                 .with_assignment(Bytes::from_static(b"p1")),
         ]);
     let resp: SyncGroupResponse = a.call(ApiKey::SyncGroup, 5, &leader_sync).await;
@@ -236,7 +225,7 @@ async fn join_sync_heartbeat_and_fencing() {
         .call(
             ApiKey::DescribeGroups,
             5,
-            &DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g"))]),
+            &DescribeGroupsRequest::default().with_groups(vec![GroupId(str_bytes("g"))]),
         )
         .await;
     assert_eq!(d.groups[0].group_state.as_str(), "Stable");
@@ -244,9 +233,9 @@ async fn join_sync_heartbeat_and_fencing() {
 
     // The leader leaves; the remaining member is alone after rejoining.
     let leave = LeaveGroupRequest::default()
-        .with_group_id(GroupId(s("g")))
+        .with_group_id(GroupId(str_bytes("g")))
         .with_members(vec![
-            leave_group_request::MemberIdentity::default().with_member_id(s(&me))
+            leave_group_request::MemberIdentity::default().with_member_id(str_bytes(&me))
         ]);
     let resp: LeaveGroupResponse = a.call(ApiKey::LeaveGroup, 5, &leave).await;
     assert_eq!(resp.members[0].error_code, 0);
@@ -367,7 +356,7 @@ async fn bad_commits_get_error_codes_and_leave_other_groups_alone() {
         .call(
             ApiKey::DeleteGroups,
             2,
-            &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s("g"))]),
+            &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(str_bytes("g"))]),
         )
         .await;
     assert_eq!(
@@ -378,8 +367,10 @@ async fn bad_commits_get_error_codes_and_leave_other_groups_alone() {
         .call(
             ApiKey::DeleteGroups,
             2,
-            &DeleteGroupsRequest::default()
-                .with_groups_names(vec![GroupId(s("bystander")), GroupId(s("ghost"))]),
+            &DeleteGroupsRequest::default().with_groups_names(vec![
+                GroupId(str_bytes("bystander")),
+                GroupId(str_bytes("ghost")),
+            ]),
         )
         .await;
     assert_eq!(del.results[0].error_code, 0);

@@ -4,35 +4,30 @@
 //! IncrementalAlterConfigs, KIP-467 record errors); and the configs that
 //! change behaviour are observed through a real producer and a fetch.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{InProcess, Raw};
+use common::clients;
+use common::{str_bytes, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
-use rdkafka::admin::{
-    AdminClient, AdminOptions, ConfigSource, NewTopic, ResourceSpecifier, TopicReplication,
-};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::admin::{AdminOptions, ConfigSource, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use strata::format::batch::{encode_batch, BatchHeader, CODEC_MASK};
+use strata::log::now_ms;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const RESOURCE_TOPIC: i8 = 2;
@@ -77,22 +72,11 @@ const EVERY_CONFIG: &[(&str, &str)] = &[
     ("unclean.leader.election.enable", "true"),
 ];
 
-fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap()
-}
-
 fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> FutureProducer {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("linger.ms", "20");
-    for (k, v) in extra {
-        c.set(*k, *v);
-    }
-    c.create().unwrap()
+    clients::producer(
+        bootstrap,
+        &[&[("acks", "all"), ("linger.ms", "20")], extra].concat(),
+    )
 }
 
 fn topic<'a>(name: &str, configs: &[(&'a str, &'a str)]) -> NewTopic<'a> {
@@ -108,19 +92,7 @@ fn topic<'a>(name: &str, configs: &[(&'a str, &'a str)]) -> NewTopic<'a> {
 }
 
 async fn create(bootstrap: &str, name: &str, configs: &[(&str, &str)]) {
-    let res = admin(bootstrap)
-        .create_topics(&[topic(name, configs)], &AdminOptions::new())
-        .await
-        .unwrap();
-    res.into_iter().next().unwrap().unwrap();
-}
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
+    clients::create_topic(bootstrap, name, 1, configs).await
 }
 
 /// DescribeConfigs v4 with synonyms and documentation, by config name.
@@ -133,7 +105,7 @@ async fn describe_raw(
         .with_include_documentation(true)
         .with_resources(vec![DescribeConfigsResource::default()
             .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(s(topic))]);
+            .with_resource_name(str_bytes(topic))]);
     let resp: DescribeConfigsResponse = raw.call(ApiKey::DescribeConfigs, 4, &req).await;
     assert_eq!(resp.results[0].error_code, 0);
     resp.results[0]
@@ -162,7 +134,7 @@ async fn every_kafka_topic_config_is_accepted_and_described() {
     let bs = broker.bootstrap();
     create(&bs, "all", EVERY_CONFIG).await;
 
-    let described = admin(&bs)
+    let described = clients::admin(&bs)
         .describe_configs(&[ResourceSpecifier::Topic("all")], &AdminOptions::new())
         .await
         .unwrap();
@@ -271,7 +243,7 @@ async fn invalid_values_are_refused_with_invalid_config() {
         .enumerate()
         .map(|(i, (k, v))| topic(&format!("bad{i}"), &[(k, v)]))
         .collect();
-    let res = admin(&bs)
+    let res = clients::admin(&bs)
         .create_topics(&topics, &AdminOptions::new())
         .await
         .unwrap();
@@ -283,7 +255,7 @@ async fn invalid_values_are_refused_with_invalid_config() {
         );
     }
     // Checked together, as Kafka's LogConfig does.
-    let res = admin(&bs)
+    let res = clients::admin(&bs)
         .create_topics(
             &[topic(
                 "lags",
@@ -300,7 +272,9 @@ async fn invalid_values_are_refused_with_invalid_config() {
         res[0],
         Err(("lags".into(), RDKafkaErrorCode::InvalidConfig))
     );
-    let md = consumer(&bs).fetch_metadata(None, TIMEOUT).unwrap();
+    let md = clients::reader(&bs, &[])
+        .fetch_metadata(None, TIMEOUT)
+        .unwrap();
     assert!(md.topics().iter().all(|t| !t.name().starts_with("bad")));
 }
 
@@ -312,14 +286,14 @@ async fn incremental(
     let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
         AlterConfigsResource::default()
             .with_resource_type(RESOURCE_TOPIC)
-            .with_resource_name(s(topic))
+            .with_resource_name(str_bytes(topic))
             .with_configs(
                 ops.iter()
                     .map(|(k, op, v)| {
                         AlterableConfig::default()
-                            .with_name(s(k))
+                            .with_name(str_bytes(k))
                             .with_config_operation(*op)
-                            .with_value(v.map(s))
+                            .with_value(v.map(str_bytes))
                     })
                     .collect(),
             ),
@@ -444,40 +418,6 @@ async fn incremental_alter_sets_deletes_appends_and_subtracts() {
     assert_eq!(c["segment.ms"].config_source, SOURCE_DEFAULT);
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-fn consumer(bootstrap: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap()
-}
-
-/// Produce v9 of one batch; the partition's response.
-async fn produce_raw(
-    raw: &mut Raw,
-    topic: &str,
-    batch: Bytes,
-) -> produce_response::PartitionProduceResponse {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch))])]);
-    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-    resp.responses[0].partition_responses[0].clone()
-}
-
 fn record_errors(p: &produce_response::PartitionProduceResponse) -> Vec<(i32, String)> {
     p.record_errors
         .iter()
@@ -549,7 +489,7 @@ async fn timestamps_out_of_range_fail_the_batch_with_record_errors() {
         Compression::Lz4,
     )
     .unwrap();
-    let r = produce_raw(&mut raw, "ts", batch).await;
+    let r = raw.produce("ts", 0, batch).await;
     assert_eq!(r.error_code, ResponseError::InvalidTimestamp.code());
     assert_eq!(
         r.error_message.as_deref(),
@@ -566,7 +506,7 @@ async fn timestamps_out_of_range_fail_the_batch_with_record_errors() {
         errors[0].1
     );
     // Nothing of the batch was appended.
-    let c = consumer(&bs);
+    let c = clients::reader(&bs, &[]);
     assert_eq!(c.fetch_watermarks("ts", 0, TIMEOUT).unwrap(), (0, 1));
 
     // LogAppendTime topics take any timestamp: the broker replaces it.
@@ -580,7 +520,7 @@ async fn timestamps_out_of_range_fail_the_batch_with_record_errors() {
     )
     .await;
     let batch = encode_batch(vec![rec(now - 10 * hour)], None, Compression::None).unwrap();
-    assert_eq!(produce_raw(&mut raw, "lat", batch).await.error_code, 0);
+    assert_eq!(raw.produce("lat", 0, batch).await.error_code, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,7 +541,7 @@ async fn keyless_records_of_a_compacted_topic_are_named() {
         Compression::Gzip,
     )
     .unwrap();
-    let r = produce_raw(&mut raw, "kc", batch).await;
+    let r = raw.produce("kc", 0, batch).await;
     assert_eq!(r.error_code, ResponseError::InvalidRecord.code());
     let message = "Compacted topic cannot accept message without key in topic partition kc-0.";
     assert_eq!(
@@ -617,16 +557,11 @@ async fn keyless_records_of_a_compacted_topic_are_named() {
 
 /// The codec of every batch fetched from offset 0 of partition 0.
 async fn stored_codecs(raw: &mut Raw, topic: &str) -> Vec<i16> {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = raw.call(ApiKey::Fetch, 11, &req).await;
-    let records = resp.responses[0].partitions[0].records.clone().unwrap();
+    let records = raw
+        .fetch(&common::fetch_request(topic, 0, 0))
+        .await
+        .records
+        .unwrap();
     let mut codecs = Vec::new();
     let mut pos = 0;
     while let Some(h) = BatchHeader::parse(&records[pos..]).unwrap() {
@@ -688,11 +623,8 @@ async fn compression_type_recompresses_to_the_topics_codec() {
         assert!(codecs.iter().all(|&c| c == stored), "{topic}: {codecs:?}");
 
         // Consumers read the recompressed batches back unchanged.
-        let c = consumer(&bs);
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning)
-            .unwrap();
-        c.assign(&tpl).unwrap();
+        let c = clients::reader(&bs, &[]);
+        clients::assign(&c, topic, 1, Offset::Beginning);
         for i in 0..50 {
             let m = c.poll(TIMEOUT).unwrap().unwrap();
             assert_eq!(m.offset(), i);
@@ -726,10 +658,10 @@ async fn max_message_bytes_applies_to_the_batch_as_sent() {
     // as Kafka checks the incoming batch before recompressing it.
     let big = encode_batch((0..10).map(record).collect(), None, Compression::None).unwrap();
     assert!(big.len() > 600);
-    let r = produce_raw(&mut raw, "small", big).await;
+    let r = raw.produce("small", 0, big).await;
     assert_eq!(r.error_code, ResponseError::MessageTooLarge.code());
     let fits = encode_batch((0..3).map(record).collect(), None, Compression::None).unwrap();
     assert!(fits.len() < 600);
-    assert_eq!(produce_raw(&mut raw, "small", fits).await.error_code, 0);
+    assert_eq!(raw.produce("small", 0, fits).await.error_code, 0);
     assert_eq!(stored_codecs(&mut raw, "small").await, vec![4]);
 }

@@ -1,15 +1,14 @@
 //! Durability: records acknowledged with acks=all survive `kill -9` of the
 //! broker process, at the same offsets, and a torn tail is cut off on restart.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::io::Write;
 use std::time::Duration;
 
 use common::{free_port, Process};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -24,10 +23,7 @@ async fn acknowledged_records_survive_kill_minus_nine() {
     let broker = Process::start(dir.path(), port, &["--fsync", "always"]);
     let bs = broker.bootstrap();
 
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .create()
-        .unwrap();
+    let admin = clients::admin(&bs);
     let topic =
         NewTopic::new("durable", 2, TopicReplication::Fixed(1)).set("segment.bytes", "16384");
     assert!(admin
@@ -36,14 +32,15 @@ async fn acknowledged_records_survive_kill_minus_nine() {
         .unwrap()[0]
         .is_ok());
 
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .set("message.timeout.ms", "5000")
-        .set("retries", "0")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = clients::producer(
+        &bs,
+        &[
+            ("acks", "all"),
+            ("linger.ms", "1"),
+            ("message.timeout.ms", "5000"),
+            ("retries", "0"),
+        ],
+    );
 
     // Produce continuously from a task; kill the broker while sends are in flight.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -111,12 +108,7 @@ async fn acknowledged_records_survive_kill_minus_nine() {
 
     let broker = Process::start(dir.path(), port, &["--fsync", "always"]);
     let bs = broker.bootstrap();
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
+    let consumer: BaseConsumer = clients::reader(&bs, &[]);
     let mut stored = std::collections::HashMap::new();
     for partition in 0..2 {
         let (low, high) = consumer
@@ -152,11 +144,7 @@ async fn acknowledged_records_survive_kill_minus_nine() {
     );
 
     // The recovered log takes new writes after the last recovered offset.
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("acks", "all")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = clients::producer(&bs, &[("acks", "all")]);
     let offset = producer
         .send(
             FutureRecord::<(), _>::to("durable")
@@ -178,11 +166,7 @@ async fn sigterm_shuts_down_cleanly_and_keeps_unsynced_data() {
     // No fsync while running; the shutdown path syncs every partition.
     let mut broker = Process::start(dir.path(), port, &["--fsync", "none"]);
     let bs = broker.bootstrap();
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("acks", "1")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = clients::producer(&bs, &[("acks", "1")]);
     for i in 0..100 {
         let payload = format!("m{i}");
         producer
@@ -204,9 +188,7 @@ async fn sigterm_shuts_down_cleanly_and_keeps_unsynced_data() {
     assert!(exit.success(), "clean exit on SIGTERM, got {exit:?}");
 
     let broker = Process::start(dir.path(), port, &[]);
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .set("group.id", "unused")
+    let consumer: BaseConsumer = clients::client(&broker.bootstrap(), &[("group.id", "unused")])
         .create()
         .unwrap();
     assert_eq!(

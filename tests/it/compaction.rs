@@ -4,7 +4,8 @@
 //! reader over the result must show exactly one record per live key in the
 //! merged range and the uncompacted head untouched.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,9 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::InProcess;
 use kafka_protocol::records::RecordBatchDecoder;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use strata::catalog::config::TopicConfig;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeOptions, SegmentSource};
@@ -73,28 +71,17 @@ async fn merged_segments_keep_one_record_per_live_key() {
         ("segment.bytes", "4096"),
         ("delete.retention.ms", "0"),
     ];
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .create()
-        .unwrap();
-    let mut topic = NewTopic::new("updates", 1, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
-    let res = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::create_topic(&bs, "updates", 1, &configs).await;
 
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bs)
-        .set("acks", "all")
-        .set("linger.ms", "2")
-        .set("enable.idempotence", "true")
-        .set("compression.type", "lz4")
-        .create()
-        .unwrap();
+    let producer: FutureProducer = clients::producer(
+        &bs,
+        &[
+            ("acks", "all"),
+            ("linger.ms", "2"),
+            ("enable.idempotence", "true"),
+            ("compression.type", "lz4"),
+        ],
+    );
     // VERSIONS rounds over KEYS keys; the first DELETED keys end in a tombstone.
     let mut produced: Vec<Rec> = Vec::new();
     for round in 0..VERSIONS {

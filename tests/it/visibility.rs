@@ -1,7 +1,8 @@
 //! What consumers may see: in cluster mode only records that are in the
 //! object store, so that no failover can rewrite a record once read.
 
-mod common;
+use crate::common;
+use common::clients;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,17 +11,14 @@ use common::etcd::EtcdServer;
 use object_store::memory::InMemory;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 use strata::manifest::fault::{Fault, FaultyStore};
 use strata::server::Server;
 
 const TOPIC: &str = "visible";
 
 fn producer(bootstrap: &str, acks: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", acks)
-        .set("linger.ms", "0")
+    clients::client(bootstrap, &[("acks", acks), ("linger.ms", "0")])
         .create()
         .unwrap()
 }
@@ -63,7 +61,7 @@ async fn a_record_not_yet_in_the_store_is_never_served() {
         .await
         .unwrap();
     let bootstrap = server.local_addr().to_string();
-    common::cluster::create_topic(&bootstrap, TOPIC, 1, &[]).await;
+    common::clients::create_topic(&bootstrap, TOPIC, 1, &[]).await;
     common::cluster::wait_for_leaders(&bootstrap, TOPIC, 1, |_| true).await;
     assert_eq!(send(&producer(&bootstrap, "all"), "durable").await, 0);
 
@@ -75,7 +73,7 @@ async fn a_record_not_yet_in_the_store_is_never_served() {
     let (got, high) = tokio::task::spawn_blocking({
         let bootstrap = bootstrap.clone();
         move || {
-            let c = common::cluster::metadata_consumer(&bootstrap);
+            let c = common::clients::reader(&bootstrap, &[]);
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset(TOPIC, 0, Offset::Beginning)
                 .unwrap();

@@ -3,13 +3,12 @@
 //! nothing acknowledged before may be lost, and once etcd is back the
 //! cluster must sort itself out without anyone restarting a broker.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
 use common::cluster::{
-    assert_exactly_once, consume_all, create_topic, producer, wait_for_leaders, Cluster, Load,
-    LEASE_TTL,
+    assert_exactly_once, consume_all, wait_for_leaders, Cluster, Load, LEASE_TTL,
 };
 
 const TOPIC: &str = "payments";
@@ -22,9 +21,7 @@ async fn an_etcd_outage_stops_acknowledgements_loses_nothing_and_heals_by_itself
         return;
     };
     let bootstrap = cluster.bootstrap();
-    create_topic(&bootstrap, TOPIC, PARTITIONS, &[]).await;
-    wait_for_leaders(&bootstrap, TOPIC, PARTITIONS, |_| true).await;
-    let load = Load::start(producer(&bootstrap), TOPIC, PARTITIONS);
+    let load = Load::on_new_topic(&bootstrap, TOPIC, PARTITIONS).await;
     load.progress(300).await;
 
     cluster.stop_etcd();

@@ -2,18 +2,15 @@
 //! admin operations, keyed records with headers, tombstones, every codec,
 //! timestamp lookups and the idempotent producer.
 
-mod common;
+use crate::common;
+use crate::common::clients;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use common::InProcess;
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewPartitions, NewTopic, ResourceSpecifier,
-    TopicReplication,
-};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewPartitions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -21,45 +18,16 @@ use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap()
-}
-
 fn producer(bootstrap: &str, extra: &[(&str, &str)]) -> FutureProducer {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("linger.ms", "5");
-    for (k, v) in extra {
-        c.set(*k, *v);
-    }
-    c.create().unwrap()
+    clients::producer(
+        bootstrap,
+        &[&[("acks", "all"), ("linger.ms", "5")], extra].concat(),
+    )
 }
 
 /// A consumer that reads by assignment only (consumer groups come later).
 fn consumer(bootstrap: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-        .unwrap()
-}
-
-async fn create_topic(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
-    let res = admin(bootstrap)
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::reader(bootstrap, &[("enable.partition.eof", "false")])
 }
 
 type Rec = (
@@ -71,36 +39,22 @@ type Rec = (
 
 /// Reads `count` records of one partition from `offset`.
 fn read(c: &BaseConsumer, topic: &str, partition: i32, offset: Offset, count: usize) -> Vec<Rec> {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, offset).unwrap();
-    c.assign(&tpl).unwrap();
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    let mut out = Vec::new();
-    while out.len() < count {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {} of {count} records arrived",
-            out.len()
-        );
-        if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.unwrap();
-            let headers = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec())))
-                        .collect()
-                })
-                .unwrap_or_default();
-            out.push((
-                m.key().map(|k| k.to_vec()),
-                m.payload().map(|p| p.to_vec()),
-                headers,
-                m.offset(),
-            ));
-        }
-    }
-    out
+    clients::read_partition(c, topic, partition, offset, count, TIMEOUT, |m| {
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (
+            m.key().map(|k| k.to_vec()),
+            m.payload().map(|p| p.to_vec()),
+            headers,
+            m.offset(),
+        )
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +63,7 @@ async fn keyed_records_headers_and_tombstones_round_trip_with_every_codec() {
     let bs = broker.bootstrap();
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         let topic = format!("codec-{codec}");
-        create_topic(&bs, &topic, 1, &[]).await;
+        clients::create_topic(&bs, &topic, 1, &[]).await;
         let p = producer(&bs, &[("compression.type", codec)]);
         let mut expected = Vec::new();
         for i in 0..300i64 {
@@ -167,8 +121,8 @@ async fn topic_configs(
 async fn admin_create_describe_alter_grow_and_delete_topics() {
     let broker = InProcess::start(&["--auto-create-topics", "false"]).await;
     let bs = broker.bootstrap();
-    let a = admin(&bs);
-    create_topic(
+    let a = clients::admin(&bs);
+    clients::create_topic(
         &bs,
         "adm",
         3,
@@ -239,7 +193,7 @@ async fn offsets_by_timestamp_watermarks_and_seeks() {
     let bs = broker.bootstrap();
     // Kept forever: the timestamps are years old, and retention must not
     // race the assertions.
-    create_topic(
+    clients::create_topic(
         &bs,
         "times",
         1,
@@ -287,7 +241,7 @@ async fn offsets_by_timestamp_watermarks_and_seeks() {
 async fn idempotent_producer_writes_each_record_exactly_once() {
     let broker = InProcess::start(&[]).await;
     let bs = broker.bootstrap();
-    create_topic(&bs, "idem", 4, &[]).await;
+    clients::create_topic(&bs, "idem", 4, &[]).await;
     let p = producer(
         &bs,
         &[

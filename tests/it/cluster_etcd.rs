@@ -2,7 +2,7 @@
 //! process (temporary data dir, free ports), killed when the test ends.
 //! Brokers are in-process [`Member`]s, each with its own etcd client.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};

@@ -4,26 +4,19 @@
 //! the head and cache, and nothing is lost when it recovers; retention
 //! removes tiered segments.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Raw;
+use common::{clients, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
 
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
+use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use strata::manifest::fault::{Fault, FaultyStore};
@@ -33,35 +26,21 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Small segments that roll on size and, when idle, within a few hundred ms.
 const SEGMENT_CONFIG: &[(&str, &str)] = &[("segment.bytes", "4096"), ("segment.ms", "300")];
 
-fn admin(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .unwrap()
-}
-
 fn producer(bootstrap: &str) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", "all")
-        .set("linger.ms", "2")
-        // Small batches, so that small segments hold several each.
-        .set("batch.size", "2048")
-        .set("message.timeout.ms", "60000")
-        .create()
-        .unwrap()
+    clients::producer(
+        bootstrap,
+        &[
+            ("acks", "all"),
+            ("linger.ms", "2"),
+            // Small batches, so that small segments hold several each.
+            ("batch.size", "2048"),
+            ("message.timeout.ms", "60000"),
+        ],
+    )
 }
 
 async fn create_topic(bootstrap: &str, name: &str, configs: &[(&str, &str)]) {
-    let mut topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
-    let res = admin(bootstrap)
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    assert!(res[0].is_ok(), "{res:?}");
+    clients::create_topic(bootstrap, name, 1, configs).await
 }
 
 fn value(i: usize) -> String {
@@ -94,37 +73,17 @@ async fn produce(bootstrap: &str, topic: &str, range: std::ops::Range<usize>) {
 
 /// Consumes partition 0 from `from` until `count` records are read.
 fn consume(bootstrap: &str, topic: &str, from: i64, count: usize) -> Vec<(i64, String)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "unused")
-        .set("enable.auto.commit", "false")
-        // Small fetches: many round trips through the tiered read path.
-        .set("message.max.bytes", "10000")
-        .set("fetch.max.bytes", "20000")
-        .set("max.partition.fetch.bytes", "5000")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(from))
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    let mut out = Vec::new();
-    while out.len() < count {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "consumed {} of {count}",
-            out.len()
-        );
-        if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.unwrap();
-            out.push((
-                m.offset(),
-                String::from_utf8(m.payload().unwrap().to_vec()).unwrap(),
-            ));
-        }
-    }
-    out
+    let c = clients::reader(
+        bootstrap,
+        &[
+            // Small fetches: many round trips through the tiered read path.
+            ("message.max.bytes", "10000"),
+            ("fetch.max.bytes", "20000"),
+            ("max.partition.fetch.bytes", "5000"),
+        ],
+    );
+    let read = |m: &BorrowedMessage<'_>| (m.offset(), clients::text(m));
+    clients::read_partition(&c, topic, 0, Offset::Offset(from), count, TIMEOUT, read)
 }
 
 fn check_all(records: &[(i64, String)], from: usize) {
@@ -154,19 +113,6 @@ async fn wait_tiered(server: &Server, topic: &str, end: i64) {
     }
 }
 
-fn local_log_files(data_dir: &std::path::Path, topic: &str) -> usize {
-    std::fs::read_dir(data_dir.join("topics").join(topic).join("0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
-}
-
 async fn start(data_dir: &std::path::Path, store: Arc<dyn ObjectStore>, extra: &[&str]) -> Server {
     let mut args = vec!["--tier-interval-ms", "50"];
     args.extend_from_slice(extra);
@@ -192,7 +138,7 @@ async fn wiped_data_dir_comes_back_from_a_file_store() {
     wait_tiered(&server, "wiped", 2000).await;
     // Uploaded segments left the local disk: the active segment remains.
     let deadline = std::time::Instant::now() + TIMEOUT;
-    while local_log_files(data.path(), "wiped") > 2 {
+    while common::local_log_files(data.path(), "wiped") > 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "local segments not released"
@@ -212,7 +158,7 @@ async fn wiped_data_dir_comes_back_from_a_file_store() {
     let bootstrap = server.local_addr().to_string();
     check_all(&consume(&bootstrap, "wiped", 0, 2000), 0);
     // The topic config came back, and the log continues where it ended.
-    let described = admin(&bootstrap)
+    let described = clients::admin(&bootstrap)
         .describe_configs(&[ResourceSpecifier::Topic("wiped")], &AdminOptions::new())
         .await
         .unwrap();
@@ -346,7 +292,7 @@ async fn retention_deletes_tiered_segments_manifest_first() {
     // retention.bytes keeps about two segments' worth.
     let alter =
         AlterConfig::new(ResourceSpecifier::Topic("expiring")).set("retention.bytes", "8192");
-    admin(&bootstrap)
+    clients::admin(&bootstrap)
         .alter_configs(&[alter], &AdminOptions::new())
         .await
         .unwrap();
@@ -370,9 +316,7 @@ async fn retention_deletes_tiered_segments_manifest_first() {
         assert_eq!(exists, s.next_offset > m.log_start_offset, "{}", s.key);
     }
     // ListOffsets earliest reflects it, and reading from there works.
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "unused")
+    let c: BaseConsumer = clients::client(&bootstrap, &[("group.id", "unused")])
         .create()
         .unwrap();
     let (low, high) = c.fetch_watermarks("expiring", 0, TIMEOUT).unwrap();
@@ -384,7 +328,7 @@ async fn retention_deletes_tiered_segments_manifest_first() {
 
     // retention.ms drops everything sealed (all records are older than 1 ms).
     let alter = AlterConfig::new(ResourceSpecifier::Topic("expiring")).set("retention.ms", "1");
-    admin(&bootstrap)
+    clients::admin(&bootstrap)
         .alter_configs(&[alter], &AdminOptions::new())
         .await
         .unwrap();
@@ -416,7 +360,7 @@ async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset("trimmed", 0, Offset::Offset(555))
         .unwrap();
-    let res = admin(&bootstrap)
+    let res = clients::admin(&bootstrap)
         .delete_records(&tpl, &AdminOptions::new())
         .await
         .unwrap();
@@ -449,9 +393,7 @@ async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
     let fresh = tempfile::tempdir().unwrap();
     let server = start(fresh.path(), store, &[]).await;
     let bootstrap = server.local_addr().to_string();
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("group.id", "unused")
+    let c: BaseConsumer = clients::client(&bootstrap, &[("group.id", "unused")])
         .create()
         .unwrap();
     assert_eq!(
@@ -463,7 +405,7 @@ async fn delete_records_moves_the_manifest_log_start_and_survives_a_wipe() {
 }
 
 /// Not a test but a measurement (the cold-read case of the benchmark):
-/// `cargo test --release --test tiered -- --ignored --nocapture cold_read`.
+/// `cargo test --release --test it tiered::cold_read -- --ignored --nocapture`.
 /// Consumes N records (default 1M of 100 bytes) once from local segments and
 /// once from segments that are only in a `file://` store, and prints the
 /// ratio and the store requests per GB.
@@ -491,14 +433,17 @@ async fn cold_read_vs_hot_read() {
         &[("segment.bytes", "67108864"), ("segment.ms", "2000")],
     )
     .await;
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("acks", "1")
-        .set("linger.ms", "5")
-        .set("batch.size", "1000000")
-        .set("queue.buffering.max.messages", "1000000")
-        .create()
-        .unwrap();
+    let p: BaseProducer = clients::client(
+        &bootstrap,
+        &[
+            ("acks", "1"),
+            ("linger.ms", "5"),
+            ("batch.size", "1000000"),
+            ("queue.buffering.max.messages", "1000000"),
+        ],
+    )
+    .create()
+    .unwrap();
     let payload = vec![b'v'; 100];
     for _ in 0..n {
         while let Err((_, _)) = p.send(
@@ -513,12 +458,7 @@ async fn cold_read_vs_hot_read() {
 
     let read_all = |bootstrap: String| {
         tokio::task::spawn_blocking(move || {
-            let c: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &bootstrap)
-                .set("group.id", "unused")
-                .set("enable.auto.commit", "false")
-                .create()
-                .unwrap();
+            let c: BaseConsumer = clients::reader(&bootstrap, &[]);
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset("cold", 0, Offset::Beginning)
                 .unwrap();
@@ -544,7 +484,7 @@ async fn cold_read_vs_hot_read() {
     server.tier().pass().await;
     server.tier().pass().await;
     assert_eq!(
-        local_log_files(data.path(), "cold"),
+        common::local_log_files(data.path(), "cold"),
         1,
         "all sealed segments tiered"
     );
@@ -568,12 +508,12 @@ async fn cold_read_vs_hot_read() {
 }
 
 fn group_member(bootstrap: &str, group: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap()
+    clients::client(
+        bootstrap,
+        &[("group.id", group), ("enable.auto.commit", "false")],
+    )
+    .create()
+    .unwrap()
 }
 
 fn commit(c: &BaseConsumer, topic: &str, offset: i64) {
@@ -633,7 +573,7 @@ async fn committed_offsets_are_tiered_and_survive_a_wiped_data_dir() {
     let server = start(data.path(), store, &flags).await;
     let bootstrap = server.local_addr().to_string();
     // Nothing of the keeper's commits is on local disk: only the store had them.
-    assert_eq!(local_log_files(data.path(), OFFSETS), 1);
+    assert_eq!(common::local_log_files(data.path(), OFFSETS), 1);
     let keeper = group_member(&bootstrap, "keeper");
     assert_eq!(committed(&keeper, "orders"), Offset::Offset(42));
     // The coordinator keeps appending where the tiered log ended.
@@ -643,26 +583,6 @@ async fn committed_offsets_are_tiered_and_survive_a_wiped_data_dir() {
     assert!(end > written, "{end} <= {written}");
     drop(keeper);
     server.shutdown().await.unwrap();
-}
-
-fn produce_request(topic: &str, records: bytes::Bytes) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])])
-}
-
-/// Produces one batch over the raw protocol: (error code, base offset).
-async fn produce_batch(raw: &mut Raw, topic: &str, records: bytes::Bytes) -> (i16, i64) {
-    let resp: ProduceResponse = raw
-        .call(ApiKey::Produce, 9, &produce_request(topic, records))
-        .await;
-    let p = &resp.responses[0].partition_responses[0];
-    (p.error_code, p.base_offset)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -683,7 +603,7 @@ async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     };
     // 40 batches of two records over several 4 KiB segments, all sealed.
     for i in 0..40 {
-        let got = produce_batch(&mut raw, "idem", idempotent(i)).await;
+        let got = raw.produce_result("idem", 0, idempotent(i)).await;
         assert_eq!(got, (0, i as i64 * 2));
     }
     wait_tiered(&server, "idem", 80).await;
@@ -694,23 +614,14 @@ async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     let server = start(data.path(), store, &[]).await;
     let mut raw = Raw::connect(server.local_addr()).await;
     // A retry of the last batch is recognised: its original offset, not stored twice.
-    assert_eq!(
-        produce_batch(&mut raw, "idem", idempotent(39)).await,
-        (0, 78)
-    );
+    assert_eq!(raw.produce_result("idem", 0, idempotent(39)).await, (0, 78));
     // The next sequence is accepted where the log ended; a gap is not.
+    assert_eq!(raw.produce_result("idem", 0, idempotent(40)).await, (0, 80));
     assert_eq!(
-        produce_batch(&mut raw, "idem", idempotent(40)).await,
-        (0, 80)
-    );
-    assert_eq!(
-        produce_batch(&mut raw, "idem", idempotent(42)).await.0,
+        raw.produce_result("idem", 0, idempotent(42)).await.0,
         ResponseError::OutOfOrderSequenceNumber.code()
     );
-    assert_eq!(
-        produce_batch(&mut raw, "idem", idempotent(40)).await,
-        (0, 80)
-    );
+    assert_eq!(raw.produce_result("idem", 0, idempotent(40)).await, (0, 80));
     // New producers get ids the restored state has not seen.
     assert!(common::init_producer_id(&mut raw).await > id);
     let bootstrap = server.local_addr().to_string();

@@ -4,7 +4,8 @@
 //! nothing acknowledged may be lost or duplicated and the group keeps its
 //! committed offsets.
 
-mod common;
+use crate::common;
+use common::clients::{self, reader};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,10 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cluster::{
-    all_leaders, assert_exactly_once, consume_all, create_topic, leader_counts, metadata_consumer,
-    producer, wait_for_leaders, Cluster, Load, LEASE_TTL,
+    all_leaders, assert_exactly_once, consume_all, leader_counts, producer, wait_for_leaders,
+    Cluster, Load, LEASE_TTL,
 };
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
@@ -103,29 +103,29 @@ impl Member {
 }
 
 fn group_consumer(bootstrap: &str, reset: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", GROUP)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", reset)
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "500")
-        .set("topic.metadata.refresh.interval.ms", "1000")
-        .create()
-        .unwrap()
+    clients::client(
+        bootstrap,
+        &[
+            ("group.id", GROUP),
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", reset),
+            ("session.timeout.ms", "10000"),
+            ("heartbeat.interval.ms", "500"),
+            ("topic.metadata.refresh.interval.ms", "1000"),
+        ],
+    )
+    .create()
+    .unwrap()
 }
 
 /// The end offset of every partition of the topic.
 fn high_watermarks(bootstrap: &str) -> BTreeMap<i32, i64> {
-    let c = metadata_consumer(bootstrap);
-    (0..PARTITIONS)
-        .map(|p| {
-            let (_, high) = c
-                .fetch_watermarks(TOPIC, p, Duration::from_secs(10))
-                .unwrap();
-            (p, high)
-        })
-        .collect()
+    clients::high_watermarks(
+        &reader(bootstrap, &[]),
+        TOPIC,
+        PARTITIONS,
+        Duration::from_secs(10),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -134,10 +134,7 @@ async fn a_rolling_restart_under_load_loses_nothing_and_the_group_keeps_its_offs
         return;
     };
     let bootstrap = cluster.bootstrap();
-    create_topic(&bootstrap, TOPIC, PARTITIONS, &[]).await;
-    wait_for_leaders(&bootstrap, TOPIC, PARTITIONS, |_| true).await;
-
-    let load = Load::start(producer(&bootstrap), TOPIC, PARTITIONS);
+    let load = Load::on_new_topic(&bootstrap, TOPIC, PARTITIONS).await;
     // The group's two members know one broker each.
     let consumed = Arc::new(Mutex::new(Consumed::default()));
     let members = [
@@ -274,9 +271,7 @@ async fn a_joining_broker_gets_its_share_and_a_leaving_one_hands_over_at_once() 
         return;
     };
     let bootstrap = cluster.bootstrap();
-    create_topic(&bootstrap, TOPIC, PARTITIONS, &[]).await;
-    wait_for_leaders(&bootstrap, TOPIC, PARTITIONS, |_| true).await;
-    let load = Load::start(producer(&bootstrap), TOPIC, PARTITIONS);
+    let load = Load::on_new_topic(&bootstrap, TOPIC, PARTITIONS).await;
     load.progress(200).await;
 
     // A fourth broker joins: leadership of every topic (internal ones too)
