@@ -33,14 +33,18 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use strata::catalog::TopicFile;
+use strata::clock::{Clock, SystemClock};
 use strata::compaction::policy::{for_topic, SegmentDesc};
-use strata::log::now_ms;
 use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{open, S3Options};
 use strata::manifest::{partition_prefix, Manifest, ManifestStore};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())

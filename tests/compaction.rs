@@ -18,9 +18,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use strata::catalog::config::TopicConfig;
+use strata::clock::{Clock, SystemClock};
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeOptions, SegmentSource};
 use strata::format::segment::file_name;
-use strata::log::{now_ms, Partition, Visibility};
+use strata::log::{Partition, Visibility};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const KEYS: usize = 20;
@@ -161,7 +162,7 @@ async fn merged_segments_keep_one_record_per_live_key() {
     let cfg = TopicConfig::from_pairs(configs.iter().map(|(k, v)| (*k, Some(*v)))).unwrap();
     // Wait a millisecond so every produced record is older than "now".
     std::thread::sleep(Duration::from_millis(5));
-    let opts = MergeOptions::for_topic(&cfg, 1, true, now_ms());
+    let opts = MergeOptions::for_topic(&cfg, 1, true, SystemClock.now_ms());
     let (meta, stats) = merge(&refs, &mut sink, &opts, &[]).unwrap();
     assert_eq!(
         (meta.base_offset, meta.next_offset, meta.level),

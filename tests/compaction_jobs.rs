@@ -22,9 +22,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use strata::catalog::config::TopicConfig;
 use strata::catalog::TopicFile;
+use strata::clock::{Clock, SystemClock};
 use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::policy::{for_topic, SegmentDesc};
-use strata::log::now_ms;
 use strata::manifest::objects::newest_topic_file;
 use strata::manifest::store::{default_url, open, S3Options};
 use strata::manifest::{objects, partition_prefix};
@@ -44,6 +44,10 @@ const TOPIC_CONFIG: &[(&str, &str)] = &[
     ("delete.retention.ms", "0"),
     ("strata.compaction.fanout", "2"),
 ];
+
+fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
 
 fn client(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
@@ -621,7 +625,7 @@ async fn a_worker_stopped_after_any_step_loses_and_duplicates_nothing() {
     let orphans = unnamed_segments(&store, &after).await;
     assert_eq!(orphans.len(), 3, "{orphans:?}");
     let prefix = partition_prefix("kv", job.topic_id, 0);
-    let deleted = objects::collect_orphans(&store, &prefix, &after, Duration::ZERO)
+    let deleted = objects::collect_orphans(&store, &prefix, &after, now_ms(), Duration::ZERO)
         .await
         .unwrap();
     assert!(deleted >= 3 * 4, "{deleted}");

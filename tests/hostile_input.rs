@@ -643,7 +643,11 @@ fn mutated_stored_formats_decode_to_errors_without_panics_or_large_allocations()
     }
     let index = index.finish().unwrap();
     let manifest = serde_json::to_vec(&strata::manifest::Manifest::empty(
-        strata::manifest::WriterEpoch::new(1),
+        strata::manifest::WriterEpoch::new(
+            1,
+            &strata::clock::SystemClock,
+            &strata::clock::OsRandom,
+        ),
     ))
     .unwrap();
     let snapshot = strata::log::producer_state::ProducerStates::default()

@@ -18,6 +18,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::clock::{self, SharedClock, SharedRandom};
 use crate::log::index::write_synced;
 use crate::log::{AppendConfig, LogError, Partition, Visibility};
 use crate::metrics::Timer;
@@ -120,6 +121,7 @@ pub struct Topic {
     traffic: Traffic,
     sync_timer: Timer,
     visibility: Visibility,
+    clock: SharedClock,
 }
 
 /// Bytes and records produced to and fetched from a topic since the broker
@@ -204,7 +206,11 @@ impl Topic {
     fn open_partitions(&self, count: usize) -> Result<(), CatalogError> {
         let mut parts = self.partitions.write();
         while parts.len() < count {
-            let p = Partition::open(&self.dir.join(parts.len().to_string()), self.visibility)?;
+            let p = Partition::open_with_clock(
+                &self.dir.join(parts.len().to_string()),
+                self.visibility,
+                self.clock.clone(),
+            )?;
             p.time_syncs(self.sync_timer.clone());
             parts.push(Arc::new(p));
         }
@@ -285,6 +291,10 @@ pub struct Catalog {
     producer_ids: ProducerIdAllocator,
     sync_timer: Timer,
     visibility: Visibility,
+    /// Handed to every partition.
+    clock: SharedClock,
+    /// Topic ids and the cluster id.
+    random: SharedRandom,
 }
 
 /// `cluster.json`; the tier keeps a copy in the object store.
@@ -294,8 +304,19 @@ pub struct ClusterFile {
 }
 
 impl Catalog {
-    /// Opens the catalog under `data_dir`, recovering every partition.
+    /// Opens the catalog under `data_dir`, recovering every partition, with
+    /// the system's clock and randomness.
     pub fn open(data_dir: &Path, settings: CatalogSettings) -> Result<Catalog, CatalogError> {
+        Catalog::open_with(data_dir, settings, clock::system(), clock::os_random())
+    }
+
+    /// Like `open`, with time read from `clock` and ids drawn from `random`.
+    pub fn open_with(
+        data_dir: &Path,
+        settings: CatalogSettings,
+        clock: SharedClock,
+        random: SharedRandom,
+    ) -> Result<Catalog, CatalogError> {
         let topics_dir = data_dir.join("topics");
         std::fs::create_dir_all(&topics_dir)?;
         std::fs::create_dir_all(data_dir.join("deleted"))?;
@@ -305,7 +326,7 @@ impl Catalog {
         {
             Some(c) => c.cluster_id,
             None => {
-                let id = base64_uuid(Uuid::new_v4());
+                let id = base64_uuid(random.uuid());
                 write_cluster_file(data_dir, &id)?;
                 id
             }
@@ -329,6 +350,7 @@ impl Catalog {
                 traffic: Traffic::default(),
                 sync_timer: sync_timer.clone(),
                 visibility: settings.visibility,
+                clock: clock.clone(),
             };
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
@@ -349,6 +371,8 @@ impl Catalog {
             producer_ids,
             sync_timer,
             visibility: settings.visibility,
+            clock,
+            random,
         })
     }
 
@@ -422,7 +446,7 @@ impl Catalog {
         if topics.contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
         }
-        self.insert_topic(&mut topics, name, Uuid::new_v4(), partitions, config)
+        self.insert_topic(&mut topics, name, self.random.uuid(), partitions, config)
     }
 
     /// Makes the local catalog hold topic `name` as the cluster describes it
@@ -480,6 +504,7 @@ impl Catalog {
             traffic: Traffic::default(),
             sync_timer: self.sync_timer.clone(),
             visibility: self.visibility,
+            clock: self.clock.clone(),
         };
         topic.open_partitions(partitions as usize)?;
         topic.persist()?;

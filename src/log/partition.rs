@@ -30,7 +30,8 @@ use super::leader_epochs::LeaderEpochs;
 use super::producer_state::{ProducerInfo, ProducerStates, Restored, SequenceCheck};
 use super::remote::{DurableMark, HeadSink, RemoteLog};
 use super::segment::Segment;
-use super::{now_ms, LogError};
+use super::LogError;
+use crate::clock::{self, SharedClock};
 use crate::format::batch::{self, first_record, BatchHeader};
 use crate::format::control::{self, AbortedTxn, EndTxnMarker};
 use crate::format::key_sketch::KeyStats;
@@ -113,6 +114,8 @@ pub struct Partition {
     last_sync_ms: AtomicI64,
     /// Where fsync latencies go, once the catalog attached it.
     sync_timer: OnceLock<Timer>,
+    /// Segment ages (`segment.ms`), `flush.ms`, marker timestamps.
+    clock: SharedClock,
 }
 
 struct State {
@@ -168,8 +171,17 @@ impl Partition {
     /// Opens (or creates) the partition in `dir`, recovering the active
     /// segment and rebuilding the producer state and the leader epoch
     /// history from the newest snapshot and the batch headers after it.
-    /// What survived on disk counts as durable.
+    /// What survived on disk counts as durable. Time is the system's.
     pub fn open(dir: &Path, visibility: Visibility) -> Result<Partition, LogError> {
+        Partition::open_with_clock(dir, visibility, clock::system())
+    }
+
+    /// Like `open`, with time read from `clock`.
+    pub fn open_with_clock(
+        dir: &Path,
+        visibility: Visibility,
+        clock: SharedClock,
+    ) -> Result<Partition, LogError> {
         std::fs::create_dir_all(dir)?;
         let log_start_offset = std::fs::read_to_string(dir.join(LOG_START_FILE))
             .ok()
@@ -189,7 +201,7 @@ impl Partition {
                 std::fs::remove_file(dir.join(&*name))?;
             }
         }
-        let now = now_ms();
+        let now = clock.now_ms();
         let mut segments = BTreeMap::new();
         for base in bases {
             segments.insert(base, Segment::open(dir, base, now)?);
@@ -278,6 +290,7 @@ impl Partition {
             leader_epoch: AtomicI32::new(0),
             last_sync_ms: AtomicI64::new(now),
             sync_timer: OnceLock::new(),
+            clock,
         })
     }
 
@@ -320,7 +333,7 @@ impl Partition {
         cfg: &AppendConfig,
     ) -> Result<AppendOutcome, LogError> {
         self.check_writable()?;
-        let raw = control::encode_marker(producer_id, producer_epoch, marker, now_ms());
+        let raw = control::encode_marker(producer_id, producer_epoch, marker, self.clock.now_ms());
         let header = BatchHeader::parse(&raw)?.expect("a marker is a whole batch");
         let st = self.state.lock();
         st.producers
@@ -352,7 +365,7 @@ impl Partition {
         marker: Option<EndTxnMarker>,
         cfg: &AppendConfig,
     ) -> Result<AppendOutcome, LogError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.maybe_roll(&mut st, cfg, raw.len(), now)?;
         let base_offset = st.end_offset();
         let append_time = cfg.log_append_time.then_some(now);
@@ -668,7 +681,7 @@ impl Partition {
             &self.dir.join(LOG_START_FILE),
             point.log_start_offset.to_string().as_bytes(),
         )?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         st.segments.insert(
             point.next_offset,
             Segment::create(&self.dir, point.next_offset, now)?,
@@ -704,7 +717,7 @@ impl Partition {
                 header.base_offset
             )));
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.maybe_roll(&mut st, cfg, stamped.len(), now)?;
         let (head, records) = stamped.split_at(batch::HEADER_LEN);
         let marker = if header.is_control() {
@@ -862,7 +875,10 @@ impl Partition {
         unflushed > 0
             && (messages.is_some_and(|m| unflushed >= m)
                 || ms.is_some_and(|ms| {
-                    now_ms().saturating_sub(self.last_sync_ms.load(Ordering::Relaxed)) >= ms
+                    self.clock
+                        .now_ms()
+                        .saturating_sub(self.last_sync_ms.load(Ordering::Relaxed))
+                        >= ms
                 }))
     }
 
@@ -879,14 +895,15 @@ impl Partition {
         };
         // Rolled segments were synced when they sealed, so syncing the active
         // file makes everything below `end` durable.
-        let started = std::time::Instant::now();
+        let started = self.clock.now();
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
         if let Some(t) = self.sync_timer.get() {
-            t.observe(started.elapsed());
+            t.observe(self.clock.now().saturating_duration_since(started));
         }
-        self.last_sync_ms.store(now_ms(), Ordering::Relaxed);
+        self.last_sync_ms
+            .store(self.clock.now_ms(), Ordering::Relaxed);
         self.durable.send_if_modified(|d| {
             let advanced = end > *d;
             *d = (*d).max(end);
@@ -1121,7 +1138,7 @@ impl Partition {
     pub fn roll_if_due(&self, cfg: &AppendConfig) -> Result<bool, LogError> {
         let mut st = self.state.lock();
         let before = st.segments.len();
-        self.maybe_roll(&mut st, cfg, 0, now_ms())?;
+        self.maybe_roll(&mut st, cfg, 0, self.clock.now_ms())?;
         Ok(st.segments.len() > before)
     }
 
