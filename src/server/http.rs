@@ -13,7 +13,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -25,6 +25,7 @@ use object_store::ObjectStore;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Mutex};
+use tokio::time::Instant;
 
 use crate::cluster::LeaseState;
 
@@ -39,6 +40,7 @@ pub struct Health {
     /// Listening, catalog loaded, jobs started; false again at shutdown.
     serving: AtomicBool,
     registry: OnceLock<Registry>,
+    /// The last probe's answer and when (on the runtime's clock) it came.
     probe: Mutex<Option<(Instant, Result<(), String>)>>,
     /// The cluster membership's lease, in cluster mode.
     lease: OnceLock<watch::Receiver<LeaseState>>,
