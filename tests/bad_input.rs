@@ -2,6 +2,10 @@
 //! gets Kafka's answer (an error code, or a closed connection where Kafka
 //! closes it), and the broker keeps serving everyone else.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use bytes::{Bytes, BytesMut};

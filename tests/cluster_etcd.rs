@@ -2,6 +2,10 @@
 //! process (temporary data dir, free ports), killed when the test ends.
 //! Brokers are in-process [`Member`]s, each with its own etcd client.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,10 @@
 //! Consumer groups with librdkafka: balancing, members leaving and crashing,
 //! static membership, and committed offsets that survive `kill -9`.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::{BTreeSet, HashMap};

@@ -10,6 +10,10 @@
 //! The case counts are fixed (proptest with a fixed seed), so the run is
 //! bounded and repeatable; `HOSTILE_CASES` multiplies them for a longer hunt.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -5,6 +5,10 @@
 //! SASL listener, all under `--authorizer acl` where ANONYMOUS may do
 //! nothing and only the broker's principal is a super user.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,6 +3,10 @@
 //! while the broker starts and `/readyz` only once it serves and its object
 //! store answers (and, in a cluster, while its etcd lease is live).
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::Arc;

@@ -4,6 +4,10 @@
 //! answered before authentication, failure delay, KIP-368 session lifetime,
 //! and the errors of Alter/DescribeUserScramCredentials.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -28,6 +28,10 @@
 //! `SIM_SEED=n cargo test --release --test simulation`; `SIM_SEEDS=n` runs
 //! more seeds.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{Hash, Hasher};

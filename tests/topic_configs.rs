@@ -4,6 +4,10 @@
 //! IncrementalAlterConfigs, KIP-467 record errors); and the configs that
 //! change behaviour are observed through a real producer and a fetch.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::HashMap;

@@ -7,6 +7,10 @@
 //! all of it, or none of an aborted one. (Fencing: tests/txn_coordinator.rs
 //! and the Java TransactionsTest.)
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,6 +7,10 @@
 //! `__transaction_state`, the abort of a transaction past its timeout, and
 //! a broker killed between the EndTxn answer and the markers.
 
+// Tests read the real clock and draw real ids; clippy.toml keeps that to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::BTreeSet;
