@@ -123,7 +123,7 @@ pub async fn collect_orphans(
 ) -> Result<usize, ManifestError> {
     let named: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
     let end = manifest.end_offset().unwrap_or(i64::MIN);
-    let cutoff = chrono_cutoff(now_ms, min_age);
+    let cutoff = cutoff_ms(now_ms, min_age);
     let objects: Vec<_> = store
         .list(Some(&partition.child("segments")))
         .try_collect()
@@ -134,7 +134,7 @@ pub async fn collect_orphans(
         let Some((key, _ext)) = location.rsplit_once('.') else {
             continue;
         };
-        if named.contains(key) || o.last_modified > cutoff {
+        if named.contains(key) || o.last_modified.timestamp_millis() > cutoff {
             continue;
         }
         let base = o
@@ -164,7 +164,7 @@ pub async fn collect_deleted_topics(
     now_ms: i64,
     min_age: Duration,
 ) -> Result<usize, ManifestError> {
-    let cutoff = chrono_cutoff(now_ms, min_age);
+    let cutoff = cutoff_ms(now_ms, min_age);
     let mut deleted = 0;
     let names = store
         .list_with_delimiter(Some(&Path::from("topics")))
@@ -188,7 +188,7 @@ pub async fn collect_deleted_topics(
                 Err(e) => return Err(e.into()),
             }
             let objects: Vec<_> = store.list(Some(&id)).try_collect().await?;
-            if objects.iter().any(|o| o.last_modified > cutoff) {
+            if objects.iter().any(|o| o.last_modified.timestamp_millis() > cutoff) {
                 continue;
             }
             for o in objects {
@@ -227,10 +227,11 @@ pub async fn newest_topic_file<T: serde::de::DeserializeOwned>(
     Ok(best.map(|(_, f)| f))
 }
 
-/// `min_age` before `now_ms`, as the store's `last_modified` stamps go.
-fn chrono_cutoff(now_ms: i64, min_age: Duration) -> chrono::DateTime<chrono::Utc> {
-    let now = chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-    now - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
+/// `min_age` before `now_ms`: objects last modified later are too young.
+/// Milliseconds, like the clock: an object written in the millisecond
+/// `now_ms` names is not younger than it.
+fn cutoff_ms(now_ms: i64, min_age: Duration) -> i64 {
+    now_ms.saturating_sub(i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
