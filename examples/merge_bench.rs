@@ -16,6 +16,10 @@
 //! (none, gzip, snappy, lz4, zstd; default none), MERGE_BENCH_DIR (default a
 //! temporary directory under target/).
 
+// A benchmark measures real time; clippy.toml keeps the clock to
+// `strata::clock` only in the library.
+#![allow(clippy::disallowed_methods)]
+
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -205,7 +209,7 @@ fn upload_sources(src: &Path, root: &Path) {
     rt.block_on(async {
         let store = store_at(root);
         let prefix = partition_prefix(TOPIC, topic_id(), 0);
-        let writer = WriterEpoch::new(1);
+        let writer = WriterEpoch::new(1, &strata::clock::SystemClock, &strata::clock::OsRandom);
         let mut segments = Vec::new();
         for s in LocalSegment::list(src).unwrap() {
             let key = segment_key(&prefix, s.meta().base_offset, 0);
@@ -214,7 +218,7 @@ fn upload_sources(src: &Path, root: &Path) {
                 .unwrap();
             segments.push(TieredSegment::from_meta(key, s.meta()));
         }
-        let m = Manifest::empty(writer.clone()).next(&writer, |m| m.segments = segments);
+        let m = Manifest::empty(writer.clone()).next(&writer, 0, |m| m.segments = segments);
         ManifestStore::new(store, prefix.child("manifest"))
             .create(&m)
             .await

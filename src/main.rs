@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+use strata::clock::Clock;
 use strata::compaction::{levels, worker};
 use strata::manifest::store::open_configured;
 use strata::server::config::{BrokerConfig, StoreArgs};
@@ -137,7 +138,8 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Levels(args) => {
             let store = open_configured(&args.store.settings(), &args.data_dir)?;
-            let report = runtime.block_on(levels::report(&store, &args.topic))?;
+            let now_ms = strata::clock::SystemClock.now_ms();
+            let report = runtime.block_on(levels::report(&store, &args.topic, now_ms))?;
             print!("{report}");
             Ok(())
         }

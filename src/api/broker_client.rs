@@ -122,6 +122,8 @@ impl Connection {
                 hs.error_code
             );
         }
+        // A SCRAM nonce must be unpredictable: the OS's, never a seeded `Random`.
+        #[allow(clippy::disallowed_methods)]
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let (mut exchange, mut token) = login.start(&nonce)?;
         loop {

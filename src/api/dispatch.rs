@@ -16,7 +16,6 @@
 use std::future::Future;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
@@ -235,10 +234,10 @@ fn ready<Req, Resp: Encodable + ErrorCodes + Throttled>(
     handler: impl FnOnce(&Arc<Broker>, Req, &Ctx<'_>) -> Resp,
 ) -> Reply {
     let meter = RequestMeter::new(broker, &cx);
-    let started = meter.as_ref().map(|_| Instant::now());
+    let started = meter.as_ref().map(RequestMeter::now);
     let mut response = handler(broker, request, &cx);
     if let (Some(meter), Some(started)) = (meter, started) {
-        meter.charge(&mut response, started.elapsed());
+        meter.charge(&mut response, meter.since(started));
     }
     if let Some(m) = &broker.metrics {
         response.each_error(&mut |code| m.error(cx.key, cx.version, code));
@@ -257,13 +256,17 @@ where
     Fut::Output: Encodable + ErrorCodes + Throttled,
 {
     let meter = RequestMeter::new(broker, &cx);
-    let started = meter.as_ref().map(|_| Instant::now());
+    let started = meter.as_ref().map(RequestMeter::now);
     let pending = handler(broker, request, &cx);
-    let called = started.map(|s| s.elapsed()).unwrap_or_default();
+    let called = meter
+        .as_ref()
+        .zip(started)
+        .map(|(m, s)| m.since(s))
+        .unwrap_or_default();
     let encoder = cx.encoder();
     let count_errors = cx.count_errors(broker);
     Box::pin(async move {
-        let (mut response, busy) = quotas::busy_time(pending, meter.is_some()).await;
+        let (mut response, busy) = quotas::busy_time(pending, meter.as_ref()).await;
         if let Some(meter) = meter {
             meter.charge(&mut response, called + busy);
         }
@@ -283,13 +286,17 @@ where
     Resp: Encodable + ErrorCodes + Throttled,
 {
     let meter = RequestMeter::new(broker, &cx);
-    let started = meter.as_ref().map(|_| Instant::now());
+    let started = meter.as_ref().map(RequestMeter::now);
     let pending = handler(broker, request, &cx);
-    let called = started.map(|s| s.elapsed()).unwrap_or_default();
+    let called = meter
+        .as_ref()
+        .zip(started)
+        .map(|(m, s)| m.since(s))
+        .unwrap_or_default();
     let encoder = cx.encoder();
     let count_errors = cx.count_errors(broker);
     Box::pin(async move {
-        match quotas::busy_time(pending, meter.is_some()).await {
+        match quotas::busy_time(pending, meter.as_ref()).await {
             (Some(mut response), busy) => {
                 if let Some(meter) = meter {
                     meter.charge(&mut response, called + busy);

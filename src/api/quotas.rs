@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -77,6 +77,15 @@ impl RequestMeter {
         })
     }
 
+    /// The broker's clock, which times what requests cost.
+    pub fn now(&self) -> Instant {
+        self.broker.clock.now()
+    }
+
+    pub fn since(&self, started: Instant) -> Duration {
+        self.now().saturating_duration_since(started)
+    }
+
     /// Records `busy` and puts the resulting throttle into the response.
     /// Responses without `throttle_time_ms` (SASL, WriteTxnMarkers) are
     /// exempt, as in Kafka.
@@ -96,18 +105,21 @@ impl RequestMeter {
     }
 }
 
-/// Polls `f` and adds up the time spent in its polls when `timed`: what a
+/// Polls `f` and adds up the time spent in its polls when metered: what a
 /// request costs the broker's threads, without the time it waits.
-pub async fn busy_time<F: std::future::Future>(f: F, timed: bool) -> (F::Output, Duration) {
+pub async fn busy_time<F: std::future::Future>(
+    f: F,
+    meter: Option<&RequestMeter>,
+) -> (F::Output, Duration) {
     let mut f = std::pin::pin!(f);
     let mut busy = Duration::ZERO;
     let out = std::future::poll_fn(|cx| {
-        if !timed {
+        let Some(meter) = meter else {
             return f.as_mut().poll(cx);
-        }
-        let started = std::time::Instant::now();
+        };
+        let started = meter.now();
         let r = f.as_mut().poll(cx);
-        busy += started.elapsed();
+        busy += meter.since(started);
         r
     })
     .await;

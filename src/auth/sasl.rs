@@ -122,6 +122,9 @@ impl Exchange {
     }
 }
 
+// SCRAM nonces and the decoy credentials of unknown users must be
+// unpredictable: the OS's, never a seeded `Random`.
+#[allow(clippy::disallowed_methods)]
 fn random_bytes() -> Vec<u8> {
     let mut out = uuid::Uuid::new_v4().as_bytes().to_vec();
     out.extend_from_slice(uuid::Uuid::new_v4().as_bytes());

@@ -18,6 +18,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::clock::{self, SharedClock, SharedRandom};
 use crate::log::index::write_synced;
 use crate::log::{AppendConfig, HeadSink, LogError, Partition, PartitionSettings, Visibility};
 use crate::metrics::Timer;
@@ -122,6 +123,7 @@ pub struct Topic {
     sync_timer: Timer,
     /// How its partitions are opened.
     settings: CatalogSettings,
+    clock: SharedClock,
 }
 
 /// Bytes and records produced to and fetched from a topic since the broker
@@ -214,6 +216,7 @@ impl Topic {
                     true => None,
                     false => self.settings.backpressure.clone(),
                 },
+                clock: self.clock.clone(),
             };
             let p = Partition::open(&self.dir.join(index.to_string()), settings)?;
             parts.push(Arc::new(p));
@@ -311,6 +314,10 @@ pub struct Catalog {
     producer_ids: ProducerIdAllocator,
     sync_timer: Timer,
     settings: CatalogSettings,
+    /// Handed to every partition.
+    clock: SharedClock,
+    /// Topic ids and the cluster id.
+    random: SharedRandom,
 }
 
 /// `cluster.json`; the tier keeps a copy in the object store.
@@ -320,8 +327,19 @@ pub struct ClusterFile {
 }
 
 impl Catalog {
-    /// Opens the catalog under `data_dir`, recovering every partition.
+    /// Opens the catalog under `data_dir`, recovering every partition, with
+    /// the system's clock and randomness.
     pub fn open(data_dir: &Path, settings: CatalogSettings) -> Result<Catalog, CatalogError> {
+        Catalog::open_with(data_dir, settings, clock::system(), clock::os_random())
+    }
+
+    /// Like `open`, with time read from `clock` and ids drawn from `random`.
+    pub fn open_with(
+        data_dir: &Path,
+        settings: CatalogSettings,
+        clock: SharedClock,
+        random: SharedRandom,
+    ) -> Result<Catalog, CatalogError> {
         let topics_dir = data_dir.join("topics");
         std::fs::create_dir_all(&topics_dir)?;
         std::fs::create_dir_all(data_dir.join("deleted"))?;
@@ -331,7 +349,7 @@ impl Catalog {
         {
             Some(c) => c.cluster_id,
             None => {
-                let id = base64_uuid(Uuid::new_v4());
+                let id = base64_uuid(random.uuid());
                 write_cluster_file(data_dir, &id)?;
                 id
             }
@@ -355,6 +373,7 @@ impl Catalog {
                 traffic: Traffic::default(),
                 sync_timer: sync_timer.clone(),
                 settings: settings.clone(),
+                clock: clock.clone(),
             };
             topic.open_partitions(file.partitions as usize)?;
             topics.insert(name, Arc::new(topic));
@@ -375,6 +394,8 @@ impl Catalog {
             producer_ids,
             sync_timer,
             settings,
+            clock,
+            random,
         })
     }
 
@@ -448,7 +469,7 @@ impl Catalog {
         if topics.contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
         }
-        self.insert_topic(&mut topics, name, Uuid::new_v4(), partitions, config)
+        self.insert_topic(&mut topics, name, self.random.uuid(), partitions, config)
     }
 
     /// Makes the local catalog hold topic `name` as the cluster describes it
@@ -506,6 +527,7 @@ impl Catalog {
             traffic: Traffic::default(),
             sync_timer: self.sync_timer.clone(),
             settings: self.settings.clone(),
+            clock: self.clock.clone(),
         };
         topic.open_partitions(partitions as usize)?;
         topic.persist()?;

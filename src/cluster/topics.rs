@@ -50,8 +50,13 @@ impl TopicStore {
                 "a topic needs at least one partition, not {partitions}"
             )));
         }
+        // The cluster's id for the topic, agreed by the create below. Not
+        // injected yet: ClusterNode and its TopicStore are built by
+        // server::cluster from server/mod.rs, which holds the broker's `Random`.
+        #[allow(clippy::disallowed_methods)]
+        let id = Uuid::new_v4();
         let record = TopicRecord {
-            id: Uuid::new_v4(),
+            id,
             partitions,
             config,
         };

@@ -33,9 +33,9 @@ use super::merge::{merge, MergeOptions, MergeStats};
 use super::store_source::StoreSegment;
 use super::CompactionError;
 use crate::catalog::config::TopicConfig;
+use crate::clock::{self, SharedClock, SharedRandom};
 use crate::format::control::AbortedTxn;
 use crate::format::segment::{file_name, SNAPSHOT_EXT};
-use crate::log::now_ms;
 use crate::manifest::{
     manifest_dir, objects, partition_prefix, segment_key, Manifest, ManifestError, ManifestStore,
     TieredSegment, WriterEpoch,
@@ -121,14 +121,31 @@ pub struct Runner {
     store: Arc<dyn ObjectStore>,
     writer: WriterEpoch,
     scratch: PathBuf,
+    /// Compaction lags, how long a job ran, manifest timestamps.
+    clock: SharedClock,
+    /// Output names.
+    random: SharedRandom,
 }
 
 impl Runner {
+    /// With the system's clock and randomness.
     pub fn new(store: Arc<dyn ObjectStore>, node_id: i32, scratch: PathBuf) -> Runner {
+        Runner::with(store, node_id, scratch, clock::system(), clock::os_random())
+    }
+
+    pub fn with(
+        store: Arc<dyn ObjectStore>,
+        node_id: i32,
+        scratch: PathBuf,
+        clock: SharedClock,
+        random: SharedRandom,
+    ) -> Runner {
         Runner {
             store,
-            writer: WriterEpoch::new(node_id),
+            writer: WriterEpoch::new(node_id, clock.as_ref(), random.as_ref()),
             scratch,
+            clock,
+            random,
         }
     }
 
@@ -146,7 +163,7 @@ impl Runner {
         &self,
         job: &JobSpec,
     ) -> Result<Result<Uploaded, String>, CompactionError> {
-        let started = Instant::now();
+        let started = self.clock.now();
         if job.sources.is_empty() {
             return Err(CompactionError::BadJob("no sources".into()));
         }
@@ -164,7 +181,7 @@ impl Runner {
             segments[0].base_offset,
             segments[segments.len() - 1].next_offset,
         );
-        let run_id = Uuid::new_v4().simple().to_string();
+        let run_id = self.random.uuid().simple().to_string();
         let base = segments[0].base_offset;
         let key = format!(
             "{}-{run_id}",
@@ -207,7 +224,7 @@ impl Runner {
                 &job.config.settings(),
                 job.target_level,
                 includes_oldest,
-                now_ms(),
+                self.clock.now_ms(),
             )
         };
         let base = segments[0].base_offset;
@@ -247,7 +264,7 @@ impl Runner {
     pub async fn swap(&self, job: &JobSpec, up: Uploaded) -> Result<Outcome, CompactionError> {
         let manifests = job.manifests(&self.store);
         let give_up = Duration::from_millis(job.max_run_ms);
-        if up.started.elapsed() > give_up {
+        if self.clock.now().saturating_duration_since(up.started) > give_up {
             objects::delete_segment(&self.store, &up.output.key).await?;
             return Ok(Outcome::Stale(format!(
                 "ran longer than {give_up:?}; orphan collection may already take its output"
@@ -259,7 +276,7 @@ impl Runner {
         };
         let output = up.output.clone();
         let result = manifests
-            .commit(&base, &self.writer, |m| {
+            .commit(&base, &self.writer, self.clock.as_ref(), |m| {
                 let first = locate(m, &job.sources).ok_or_else(|| {
                     ManifestError::Superseded("sources no longer in the manifest".into())
                 })?;

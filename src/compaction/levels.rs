@@ -12,14 +12,17 @@ use object_store::ObjectStore;
 
 use super::policy::{self, SegmentDesc};
 use crate::catalog::TopicFile;
-use crate::log::now_ms;
 use crate::manifest::objects::newest_topic_file;
 use crate::manifest::{manifest_dir, partition_prefix, ManifestError, ManifestStore};
 
 /// Per partition: segments and bytes by level, object count, the merge the
 /// policy would run next, and how long the oldest unmerged segment has
-/// waited.
-pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String, ManifestError> {
+/// waited, as of `now_ms`.
+pub async fn report(
+    store: &Arc<dyn ObjectStore>,
+    topic: &str,
+    now_ms: i64,
+) -> Result<String, ManifestError> {
     let Some(file) =
         newest_topic_file::<TopicFile>(store, &Path::from_iter(["topics", topic])).await?
     else {
@@ -44,7 +47,7 @@ pub async fn report(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<String,
         settings.compaction.name(),
         settings.compaction_fanout
     );
-    let now = now_ms();
+    let now = now_ms;
     for p in 0..file.partitions as i32 {
         let prefix = partition_prefix(topic, file.id, p);
         let manifest = ManifestStore::new(store.clone(), manifest_dir(&prefix))

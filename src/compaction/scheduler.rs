@@ -275,8 +275,8 @@ mod tests {
     }
 
     fn manifest(segments: usize, max_timestamp: i64) -> Manifest {
-        let w = WriterEpoch::new(1);
-        Manifest::empty(w.clone()).next(&w, |m| {
+        let w = WriterEpoch::new(1, &crate::clock::SystemClock, &crate::clock::OsRandom);
+        Manifest::empty(w.clone()).next(&w, 0, |m| {
             for i in 0..segments as i64 {
                 m.segments.push(TieredSegment {
                     key: format!("s/{i}"),

@@ -73,6 +73,8 @@ impl StoreSegment {
         while let Some((header, bytes)) = stream.next_batch()? {
             add_batch_records(&mut builder, &header, bytes)?;
         }
+        // Only a unique scratch name, removed below once open.
+        #[allow(clippy::disallowed_methods)]
         let path = self.scratch.join(format!(
             "{}.{}",
             uuid::Uuid::new_v4().simple(),

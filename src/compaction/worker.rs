@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use super::job::{JobSpec, Merged, Outcome, Runner, JOBS_TOPIC, WORKER_GROUP};
 use super::CompactionError;
+use crate::clock::{self, SharedClock, SharedRandom};
 use crate::manifest::Manifest;
 
 /// Told about every manifest a job wrote (the broker adopts it at once
@@ -41,6 +42,9 @@ pub struct WorkerOptions {
     pub client_properties: Vec<(String, String)>,
     /// What this worker's merges read and wrote.
     pub totals: Arc<MergeTotals>,
+    /// Time and output names for the jobs; the system's unless replaced.
+    pub clock: SharedClock,
+    pub random: SharedRandom,
 }
 
 impl std::fmt::Debug for WorkerOptions {
@@ -77,6 +81,8 @@ impl WorkerOptions {
             scratch_dir,
             client_properties: Vec::new(),
             totals: Arc::default(),
+            clock: clock::system(),
+            random: clock::os_random(),
         }
     }
 }
@@ -104,7 +110,13 @@ pub async fn run(
         .set("client.id", format!("strata-compaction-{}", opts.node_id))
         .create()?;
     consumer.subscribe(&[JOBS_TOPIC])?;
-    let runner = Runner::new(store, opts.node_id, opts.scratch_dir.clone());
+    let runner = Runner::with(
+        store,
+        opts.node_id,
+        opts.scratch_dir.clone(),
+        opts.clock.clone(),
+        opts.random.clone(),
+    );
     tracing::info!(
         bootstrap = opts.bootstrap,
         group = opts.group_id,

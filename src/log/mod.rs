@@ -75,11 +75,3 @@ impl From<crate::format::FormatError> for LogError {
         }
     }
 }
-
-/// Wall-clock milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}

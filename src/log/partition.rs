@@ -30,7 +30,8 @@ use super::leader_epochs::LeaderEpochs;
 use super::producer_state::{ProducerInfo, ProducerStates, Restored, SequenceCheck};
 use super::remote::{DurableMark, HeadSink, RemoteLog};
 use super::segment::Segment;
-use super::{now_ms, LogError};
+use super::LogError;
+use crate::clock::{self, SharedClock};
 use crate::format::batch::{self, first_record, BatchHeader};
 use crate::format::control::{self, AbortedTxn, EndTxnMarker};
 use crate::format::key_sketch::KeyStats;
@@ -95,7 +96,7 @@ pub struct FetchSlice {
 }
 
 /// What a partition is opened with, besides its directory.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PartitionSettings {
     /// How far readers see the log.
     pub visibility: Visibility,
@@ -106,6 +107,21 @@ pub struct PartitionSettings {
     /// The broker-wide flag that refuses appends while uploads lag; `None`:
     /// never refused (internal topics, whose writes are small and urgent).
     pub backpressure: Option<Arc<AtomicBool>>,
+    /// Segment ages (`segment.ms`), `flush.ms`, marker timestamps.
+    pub clock: SharedClock,
+}
+
+impl Default for PartitionSettings {
+    /// The system's clock, nothing attached.
+    fn default() -> PartitionSettings {
+        PartitionSettings {
+            visibility: Visibility::default(),
+            sync_timer: None,
+            head_sink: None,
+            backpressure: None,
+            clock: clock::system(),
+        }
+    }
 }
 
 impl From<Visibility> for PartitionSettings {
@@ -136,6 +152,8 @@ pub struct Partition {
     last_sync_ms: AtomicI64,
     /// Where fsync latencies go.
     sync_timer: Option<Timer>,
+    /// Segment ages (`segment.ms`), `flush.ms`, marker timestamps.
+    clock: SharedClock,
 }
 
 struct State {
@@ -213,7 +231,7 @@ impl Partition {
                 std::fs::remove_file(dir.join(&*name))?;
             }
         }
-        let now = now_ms();
+        let now = settings.clock.now_ms();
         let mut segments = BTreeMap::new();
         for base in bases {
             segments.insert(base, Segment::open(dir, base, now)?);
@@ -302,6 +320,7 @@ impl Partition {
             leader_epoch: AtomicI32::new(0),
             last_sync_ms: AtomicI64::new(now),
             sync_timer: settings.sync_timer,
+            clock: settings.clock,
         })
     }
 
@@ -344,7 +363,7 @@ impl Partition {
         cfg: &AppendConfig,
     ) -> Result<AppendOutcome, LogError> {
         self.check_writable()?;
-        let raw = control::encode_marker(producer_id, producer_epoch, marker, now_ms());
+        let raw = control::encode_marker(producer_id, producer_epoch, marker, self.clock.now_ms());
         let header = BatchHeader::parse(&raw)?.expect("a marker is a whole batch");
         let st = self.state.lock();
         st.producers
@@ -376,7 +395,7 @@ impl Partition {
         marker: Option<EndTxnMarker>,
         cfg: &AppendConfig,
     ) -> Result<AppendOutcome, LogError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.maybe_roll(&mut st, cfg, raw.len(), now)?;
         let base_offset = st.end_offset();
         let append_time = cfg.log_append_time.then_some(now);
@@ -692,7 +711,7 @@ impl Partition {
             &self.dir.join(LOG_START_FILE),
             point.log_start_offset.to_string().as_bytes(),
         )?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         st.segments.insert(
             point.next_offset,
             Segment::create(&self.dir, point.next_offset, now)?,
@@ -728,7 +747,7 @@ impl Partition {
                 header.base_offset
             )));
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         self.maybe_roll(&mut st, cfg, stamped.len(), now)?;
         let (head, records) = stamped.split_at(batch::HEADER_LEN);
         let marker = if header.is_control() {
@@ -886,7 +905,10 @@ impl Partition {
         unflushed > 0
             && (messages.is_some_and(|m| unflushed >= m)
                 || ms.is_some_and(|ms| {
-                    now_ms().saturating_sub(self.last_sync_ms.load(Ordering::Relaxed)) >= ms
+                    self.clock
+                        .now_ms()
+                        .saturating_sub(self.last_sync_ms.load(Ordering::Relaxed))
+                        >= ms
                 }))
     }
 
@@ -903,14 +925,15 @@ impl Partition {
         };
         // Rolled segments were synced when they sealed, so syncing the active
         // file makes everything below `end` durable.
-        let started = std::time::Instant::now();
+        let started = self.clock.now();
         tokio::task::spawn_blocking(move || file.sync_data())
             .await
             .map_err(|e| LogError::Io(std::io::Error::other(e)))??;
         if let Some(t) = &self.sync_timer {
-            t.observe(started.elapsed());
+            t.observe(self.clock.now().saturating_duration_since(started));
         }
-        self.last_sync_ms.store(now_ms(), Ordering::Relaxed);
+        self.last_sync_ms
+            .store(self.clock.now_ms(), Ordering::Relaxed);
         self.durable.send_if_modified(|d| {
             let advanced = end > *d;
             *d = (*d).max(end);
@@ -1124,7 +1147,7 @@ impl Partition {
     pub fn roll_if_due(&self, cfg: &AppendConfig) -> Result<bool, LogError> {
         let mut st = self.state.lock();
         let before = st.segments.len();
-        self.maybe_roll(&mut st, cfg, 0, now_ms())?;
+        self.maybe_roll(&mut st, cfg, 0, self.clock.now_ms())?;
         Ok(st.segments.len() > before)
     }
 

@@ -12,7 +12,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -22,6 +21,8 @@ use object_store::{
     GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
+// Requests are timed on the runtime's clock, which the simulation pauses.
+use tokio::time::Instant;
 
 use crate::metrics::Timer;
 

@@ -109,7 +109,7 @@ pub async fn delete_segment(store: &Arc<dyn ObjectStore>, key: &str) -> Result<(
 }
 
 /// Deletes the segment objects under `partition` that `manifest` does not
-/// name and that are older than `min_age`: sources a crashed compaction
+/// name and that are older than `min_age` at `now_ms`: sources a crashed compaction
 /// swapped out but never deleted, outputs of merges that lost a race or
 /// died before their manifest write, uploads retention overtook. Objects
 /// at or beyond the manifest's end are left alone, since they may be an
@@ -118,11 +118,12 @@ pub async fn collect_orphans(
     store: &Arc<dyn ObjectStore>,
     partition: &Path,
     manifest: &Manifest,
+    now_ms: i64,
     min_age: Duration,
 ) -> Result<usize, ManifestError> {
     let named: HashSet<&str> = manifest.segments.iter().map(|s| s.key.as_str()).collect();
     let end = manifest.end_offset().unwrap_or(i64::MIN);
-    let cutoff = chrono_cutoff(min_age);
+    let cutoff = cutoff_ms(now_ms, min_age);
     let objects: Vec<_> = store
         .list(Some(&partition.child("segments")))
         .try_collect()
@@ -133,7 +134,7 @@ pub async fn collect_orphans(
         let Some((key, _ext)) = location.rsplit_once('.') else {
             continue;
         };
-        if named.contains(key) || o.last_modified > cutoff {
+        if named.contains(key) || o.last_modified.timestamp_millis() > cutoff {
             continue;
         }
         let base = o
@@ -155,14 +156,15 @@ pub async fn collect_orphans(
 
 /// Deletes the objects of topic incarnations whose `topic.json` is gone
 /// (a deletion removes it first, so these are deletions a crash cut short)
-/// once all their objects are older than `min_age`. Incarnations in `live`
+/// once all their objects are older than `min_age` at `now_ms`. Incarnations in `live`
 /// (this broker's topics) are never touched. Returns the objects deleted.
 pub async fn collect_deleted_topics(
     store: &Arc<dyn ObjectStore>,
     live: &[uuid::Uuid],
+    now_ms: i64,
     min_age: Duration,
 ) -> Result<usize, ManifestError> {
-    let cutoff = chrono_cutoff(min_age);
+    let cutoff = cutoff_ms(now_ms, min_age);
     let mut deleted = 0;
     let names = store
         .list_with_delimiter(Some(&Path::from("topics")))
@@ -186,7 +188,10 @@ pub async fn collect_deleted_topics(
                 Err(e) => return Err(e.into()),
             }
             let objects: Vec<_> = store.list(Some(&id)).try_collect().await?;
-            if objects.iter().any(|o| o.last_modified > cutoff) {
+            if objects
+                .iter()
+                .any(|o| o.last_modified.timestamp_millis() > cutoff)
+            {
                 continue;
             }
             for o in objects {
@@ -225,13 +230,17 @@ pub async fn newest_topic_file<T: serde::de::DeserializeOwned>(
     Ok(best.map(|(_, f)| f))
 }
 
-fn chrono_cutoff(min_age: Duration) -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now() - chrono::Duration::from_std(min_age).unwrap_or(chrono::Duration::MAX)
+/// `min_age` before `now_ms`: objects last modified later are too young.
+/// Milliseconds, like the clock: an object written in the millisecond
+/// `now_ms` names is not younger than it.
+fn cutoff_ms(now_ms: i64, min_age: Duration) -> i64 {
+    now_ms.saturating_sub(i64::try_from(min_age.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Clock;
     use crate::format::segment::SEGMENT_FORMAT_VERSION;
     use crate::manifest::store::{default_url, open, S3Options};
 
@@ -258,10 +267,11 @@ mod tests {
         put(format!("topics/b/{foreign}/topic.json")).await;
         put(format!("topics/b/{foreign}/0/segments/1-0.log")).await;
 
-        let young = collect_deleted_topics(&store, &[live], Duration::from_secs(3600)).await;
+        let now = crate::clock::SystemClock.now_ms();
+        let young = collect_deleted_topics(&store, &[live], now, Duration::from_secs(3600)).await;
         assert_eq!(young.unwrap(), 0);
         assert_eq!(
-            collect_deleted_topics(&store, &[live], Duration::ZERO)
+            collect_deleted_topics(&store, &[live], now, Duration::ZERO)
                 .await
                 .unwrap(),
             2

@@ -15,6 +15,7 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::ManifestError;
+use crate::clock::{Clock, Random};
 use crate::format::control::AbortedTxn;
 use crate::format::key_sketch::KeyStats;
 use crate::format::segment::{SegmentMeta, SEGMENT_FORMAT_VERSION};
@@ -36,11 +37,11 @@ pub struct WriterEpoch {
 }
 
 impl WriterEpoch {
-    pub fn new(node_id: i32) -> WriterEpoch {
+    pub fn new(node_id: i32, clock: &dyn Clock, random: &dyn Random) -> WriterEpoch {
         WriterEpoch {
             node_id,
-            started_ms: crate::log::now_ms(),
-            nonce: uuid::Uuid::new_v4().simple().to_string(),
+            started_ms: clock.now_ms(),
+            nonce: random.uuid().simple().to_string(),
         }
     }
 }
@@ -200,12 +201,17 @@ impl Manifest {
         self.segments.get(i)
     }
 
-    /// The next version, written by `writer`, with `edit` applied.
-    pub fn next(&self, writer: &WriterEpoch, edit: impl FnOnce(&mut Manifest)) -> Manifest {
+    /// The next version, written by `writer` at `written_ms`, with `edit` applied.
+    pub fn next(
+        &self,
+        writer: &WriterEpoch,
+        written_ms: i64,
+        edit: impl FnOnce(&mut Manifest),
+    ) -> Manifest {
         let mut m = self.clone();
         m.version = self.version + 1;
         m.writer = writer.clone();
-        m.written_ms = crate::log::now_ms();
+        m.written_ms = written_ms;
         edit(&mut m);
         m
     }
@@ -295,16 +301,18 @@ impl ManifestStore {
     /// first, the latest version is loaded and `edit` applied to it again, so
     /// writers never undo each other's changes; `edit` must therefore be
     /// written against whatever version it is given, and fails (ending the
-    /// commit) when that version no longer allows it.
+    /// commit) when that version no longer allows it. Each attempt is
+    /// stamped with the time `clock` reads.
     pub async fn commit(
         &self,
         base: &Manifest,
         writer: &WriterEpoch,
+        clock: &dyn Clock,
         mut edit: impl FnMut(&mut Manifest) -> Result<(), ManifestError>,
     ) -> Result<Manifest, ManifestError> {
         let mut base = base.clone();
         for _ in 0..MAX_COMMIT_ATTEMPTS {
-            let mut next = base.next(writer, |_| {});
+            let mut next = base.next(writer, clock.now_ms(), |_| {});
             edit(&mut next)?;
             match self.create(&next).await {
                 Ok(()) => {
@@ -345,6 +353,7 @@ impl ManifestStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{OsRandom, SystemClock};
     use crate::manifest::store::{open, S3Options};
 
     fn segment(base: i64, next: i64) -> TieredSegment {
@@ -364,7 +373,7 @@ mod tests {
 
     #[test]
     fn only_segments_below_the_stable_offset_are_mergeable() {
-        let mut m = Manifest::empty(WriterEpoch::new(1));
+        let mut m = Manifest::empty(WriterEpoch::new(1, &SystemClock, &OsRandom));
         m.segments = vec![segment(0, 10), segment(10, 20), segment(20, 30)];
         assert_eq!(m.stable_segments(), 3, "no transactions: all of them");
         m.stable_offset = Some(20);
@@ -385,15 +394,18 @@ mod tests {
         let dir = Path::from("topics/t/id/0/manifest");
         let a = ManifestStore::new(store.clone(), dir.clone());
         let b = ManifestStore::new(store.clone(), dir);
-        let (wa, wb) = (WriterEpoch::new(1), WriterEpoch::new(2));
-        let v1 = Manifest::empty(wa.clone()).next(&wa, |m| m.segments.push(segment(0, 10)));
+        let (wa, wb) = (
+            WriterEpoch::new(1, &SystemClock, &OsRandom),
+            WriterEpoch::new(2, &SystemClock, &OsRandom),
+        );
+        let v1 = Manifest::empty(wa.clone()).next(&wa, 0, |m| m.segments.push(segment(0, 10)));
         a.create(&v1).await.unwrap();
         // Both load version 1 and race to write version 2.
         let base_a = a.load_latest().await.unwrap().unwrap();
         let base_b = b.load_latest().await.unwrap().unwrap();
         assert_eq!(base_a, v1);
-        let next_a = base_a.next(&wa, |m| m.segments.push(segment(10, 20)));
-        let next_b = base_b.next(&wb, |m| m.segments.push(segment(10, 30)));
+        let next_a = base_a.next(&wa, 0, |m| m.segments.push(segment(10, 20)));
+        let next_b = base_b.next(&wb, 0, |m| m.segments.push(segment(10, 30)));
         let (ra, rb) = tokio::join!(a.create(&next_a), b.create(&next_b));
         assert!(
             ra.is_ok() ^ rb.is_ok(),
@@ -405,7 +417,7 @@ mod tests {
         assert_eq!(latest.version, 2);
         assert!(latest == next_a || latest == next_b);
         // The loser reloads and builds on the winner's version.
-        let again = latest.next(&wb, |m| m.log_start_offset = 5);
+        let again = latest.next(&wb, 0, |m| m.log_start_offset = 5);
         b.create(&again).await.unwrap();
         assert_eq!(a.load_latest().await.unwrap().unwrap(), again);
     }
@@ -428,12 +440,12 @@ mod tests {
     async fn many_racing_writers_one_winner_per_version() {
         let store = open("memory://", &S3Options::default()).unwrap();
         let ms = ManifestStore::new(store, Path::from("m"));
-        let w = WriterEpoch::new(1);
+        let w = WriterEpoch::new(1, &SystemClock, &OsRandom);
         let base = Manifest::empty(w.clone());
         let tries: Vec<_> = (0..8)
             .map(|i| {
                 let ms = ms.clone();
-                let m = base.next(&w, |m| m.log_start_offset = i);
+                let m = base.next(&w, 0, |m| m.log_start_offset = i);
                 tokio::spawn(async move { ms.create(&m).await.is_ok() })
             })
             .collect();
@@ -449,10 +461,10 @@ mod tests {
         let store = open("memory://", &S3Options::default()).unwrap();
         let ms = ManifestStore::new(store, Path::from("m"));
         assert!(ms.load_latest().await.unwrap().is_none());
-        let w = WriterEpoch::new(1);
+        let w = WriterEpoch::new(1, &SystemClock, &OsRandom);
         let mut m = Manifest::empty(w.clone());
         for i in 0..20 {
-            m = m.next(&w, |m| m.segments.push(segment(i * 10, i * 10 + 10)));
+            m = m.next(&w, 0, |m| m.segments.push(segment(i * 10, i * 10 + 10)));
             ms.create(&m).await.unwrap();
         }
         ms.prune(m.version).await.unwrap();

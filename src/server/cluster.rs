@@ -86,12 +86,11 @@ pub(super) async fn join(
         }
     };
     let etcd = member.etcd();
-    let cluster_id = etcd
-        .agree(
-            &etcd.keys().cluster_id(),
-            &Uuid::new_v4().simple().to_string(),
-        )
-        .await?;
+    // This broker's proposal, if it is the first. Not injected yet: the
+    // broker's `Random` is built in server/mod.rs, which does not pass it here.
+    #[allow(clippy::disallowed_methods)]
+    let proposal = Uuid::new_v4().simple().to_string();
+    let cluster_id = etcd.agree(&etcd.keys().cluster_id(), &proposal).await?;
     let own_floor = wal::fence(store, config.node_id, config.node_id).await?;
     let wal = Wal::open(
         store.clone(),

@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -24,6 +24,7 @@ use object_store::ObjectStore;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Mutex};
+use tokio::time::Instant;
 
 use crate::cluster::LeaseState;
 
@@ -38,6 +39,7 @@ pub struct Health {
     stage: parking_lot::RwLock<Stage>,
     /// Background jobs that ended while the broker was serving.
     dead_jobs: parking_lot::Mutex<Vec<&'static str>>,
+    /// The last probe's answer and when (on the runtime's clock) it came.
     probe: Mutex<Option<(Instant, Result<(), String>)>>,
 }
 

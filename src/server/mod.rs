@@ -30,7 +30,7 @@ use crate::auth::{
 };
 use crate::catalog::config::CompactionPolicy;
 use crate::catalog::Catalog;
-use crate::clock::{self, SharedClock};
+use crate::clock::{self, Random, SharedClock};
 use crate::compaction::scheduler::Scheduler;
 use crate::compaction::worker::{self, OnMerged, WorkerOptions};
 use crate::coordinator::txn::TxnCoordinator;
@@ -207,7 +207,11 @@ impl Server {
 /// The broker's own SASL user gets a SCRAM credential from its configured
 /// password when it has none for the mechanism (for PLAIN: none at all), so
 /// that a fresh deployment needs no step before its brokers can talk.
-async fn add_inter_broker_user(credentials: &Credentials, login: &SaslLogin) -> anyhow::Result<()> {
+async fn add_inter_broker_user(
+    credentials: &Credentials,
+    login: &SaslLogin,
+    random: &dyn Random,
+) -> anyhow::Result<()> {
     let have = credentials.user(&login.username).await?;
     let mechanism = match auth::scram::Mechanism::from_name(&login.mechanism) {
         Some(m) => m,
@@ -218,7 +222,7 @@ async fn add_inter_broker_user(credentials: &Credentials, login: &SaslLogin) -> 
     if have.contains_key(mechanism.name()) {
         return Ok(());
     }
-    let salt = uuid::Uuid::new_v4().as_bytes().to_vec();
+    let salt = random.uuid().as_bytes().to_vec();
     let credential = tokio::task::spawn_blocking({
         let password = login.password.clone();
         move || {
@@ -246,7 +250,11 @@ async fn add_inter_broker_user(credentials: &Credentials, login: &SaslLogin) -> 
 }
 
 /// Creates the `--add-scram` credentials a user does not have yet.
-async fn add_scram_users(credentials: &Credentials, flags: &[String]) -> anyhow::Result<()> {
+async fn add_scram_users(
+    credentials: &Credentials,
+    flags: &[String],
+    random: &dyn Random,
+) -> anyhow::Result<()> {
     for flag in flags {
         let (mechanism, user, password, iterations) = auth::credentials::parse_add_scram(flag)
             .map_err(|e| anyhow::anyhow!("--add-scram: {e}"))?;
@@ -257,7 +265,7 @@ async fn add_scram_users(credentials: &Credentials, flags: &[String]) -> anyhow:
         {
             continue;
         }
-        let salt = uuid::Uuid::new_v4().as_bytes().to_vec();
+        let salt = random.uuid().as_bytes().to_vec();
         let credential =
             auth::scram::Credential::from_password(mechanism, &password, &salt, iterations);
         credentials
@@ -308,16 +316,17 @@ async fn accept_loop(
 
 /// Every second, at debug level under its own target, so that a benchmark
 /// can turn the counts into rates over the interval it measures.
-async fn log_store_requests(counts: Arc<RequestCounts>, mut stop: watch::Receiver<bool>) {
+async fn log_store_requests(
+    counts: Arc<RequestCounts>,
+    clock: SharedClock,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {
-                let at_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_millis();
+                let at_ms = clock.now_ms();
                 tracing::debug!(target: "strata::store_requests", at_ms, requests = %counts);
             }
         }

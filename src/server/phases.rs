@@ -226,9 +226,9 @@ pub(super) async fn open_state(
         }
         None => Credentials::open_store(store.clone()).await?,
     });
-    super::add_scram_users(&credentials, &config.add_scram).await?;
+    super::add_scram_users(&credentials, &config.add_scram, random.as_ref()).await?;
     if let Some(login) = &listeners.inter.login {
-        super::add_inter_broker_user(&credentials, login).await?;
+        super::add_inter_broker_user(&credentials, login, random.as_ref()).await?;
     }
     // Consumers see only what is durable wherever durability is promised.
     let durable = (config.fsync == FsyncPolicy::Always && !config.null_sink) || joined.is_some();
@@ -438,7 +438,7 @@ pub(super) fn spawn_jobs(
     jobs.spawn("tier", state.tier.clone().run(stop.clone()));
     jobs.spawn(
         "store request log",
-        super::log_store_requests(store_requests.clone(), stop.clone()),
+        super::log_store_requests(store_requests.clone(), state.clock.clone(), stop.clone()),
     );
     jobs.spawn(
         "compaction scheduling",

@@ -61,6 +61,7 @@ impl OrphanScan {
                     store,
                     &remote.prefix,
                     &remote.manifest(),
+                    self.partitions.clock.now_ms(),
                     self.min_age,
                 )
                 .await?;
@@ -84,7 +85,14 @@ impl OrphanScan {
             .iter()
             .map(|t| t.id())
             .collect();
-        match objects::collect_deleted_topics(store, &live, self.min_age).await {
+        match objects::collect_deleted_topics(
+            store,
+            &live,
+            self.partitions.clock.now_ms(),
+            self.min_age,
+        )
+        .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(objects = n, "deleted leftovers of deleted topics"),
             Err(e) => tracing::warn!(error = %e, "scan for deleted topics' leftovers failed"),

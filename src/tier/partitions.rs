@@ -58,12 +58,13 @@ impl TieredPartitions {
         clock: SharedClock,
     ) -> TieredPartitions {
         TieredPartitions {
+            // The tier is handed no `Random` yet: its writer nonce is the OS's.
+            writer: WriterEpoch::new(node_id, clock.as_ref(), &crate::clock::OsRandom),
             clock,
             scope,
             store,
             catalog,
             cache,
-            writer: WriterEpoch::new(node_id),
             attached: Mutex::new(HashMap::new()),
             stats: TierStats::default(),
         }
@@ -187,7 +188,7 @@ impl TieredPartitions {
     ) -> Result<(), TierError> {
         let next = remote
             .manifests
-            .commit(&remote.manifest(), &self.writer, |m| {
+            .commit(&remote.manifest(), &self.writer, self.clock.as_ref(), |m| {
                 m.check_leader_epoch(leader_epoch)?;
                 edit(m);
                 Ok(())

@@ -154,8 +154,8 @@ mod tests {
             serde_json::to_vec(&file).unwrap(),
         )
         .await;
-        let w = WriterEpoch::new(1);
-        let m = Manifest::empty(w.clone()).next(&w, |m| {
+        let w = WriterEpoch::new(1, &crate::clock::SystemClock, &crate::clock::OsRandom);
+        let m = Manifest::empty(w.clone()).next(&w, 0, |m| {
             m.log_start_offset = 120;
             m.segments.push(TieredSegment {
                 key: "k".into(),

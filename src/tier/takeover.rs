@@ -265,9 +265,10 @@ impl Tier {
         if let Err(e) = partition.wait_durable(partition.end_offset()).await {
             return (claim, Err(e.into()));
         }
+        let clock = self.partitions.clock.as_ref();
         let committed = remote
             .manifests
-            .commit(&m, &self.partitions.writer, |next| {
+            .commit(&m, &self.partitions.writer, clock, |next| {
                 next.check_leader_epoch(epoch)?;
                 if next.end_offset() != m.end_offset() {
                     return Err(ManifestError::Superseded(

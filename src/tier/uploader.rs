@@ -201,11 +201,16 @@ impl Uploader {
         meta: &SegmentMeta,
         key: &str,
     ) -> Result<(), TierError> {
-        let started = std::time::Instant::now();
+        let started = self.partitions.clock.now();
         let puts =
             objects::upload_segment(self.partitions.store(), partition.dir(), meta, key).await?;
         let stats = &self.partitions.stats;
-        stats.upload_latency.observe(started.elapsed());
+        stats.upload_latency.observe(
+            self.partitions
+                .clock
+                .now()
+                .saturating_duration_since(started),
+        );
         stats.puts.fetch_add(puts, Ordering::Relaxed);
         stats.segments_uploaded.fetch_add(1, Ordering::Relaxed);
         stats.bytes_uploaded.fetch_add(meta.size, Ordering::Relaxed);

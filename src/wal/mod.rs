@@ -571,6 +571,10 @@ pub async fn delete(store: &Arc<dyn ObjectStore>, node_id: i32, seq: u64) -> Res
     }
 }
 
+// Tells this writer's objects from another's after an ambiguous put; it
+// must differ between brokers and runs (so never a seeded `Random`), and
+// nothing depends on its value beyond that.
+#[allow(clippy::disallowed_methods)]
 fn rand_nonce() -> u64 {
     Uuid::new_v4().as_u64_pair().0
 }

@@ -397,6 +397,12 @@ pub async fn stored_manifest(
 /// Whether compaction of a partition is done for now: its manifest `m`
 /// reaches `end`, something was merged and the topic's policy (`config`)
 /// wants no more jobs.
+/// Wall-clock milliseconds, as the broker reads them.
+pub fn now_ms() -> i64 {
+    use strata::clock::Clock;
+    strata::clock::SystemClock.now_ms()
+}
+
 pub fn compaction_settled(
     m: &strata::manifest::Manifest,
     config: &strata::catalog::config::TopicConfig,
@@ -407,7 +413,7 @@ pub fn compaction_settled(
     m.end_offset() == Some(end)
         && m.segments.iter().any(|s| s.level > 0)
         && for_topic(&config.settings())
-            .next_job(&descs, strata::log::now_ms())
+            .next_job(&descs, now_ms())
             .is_none()
 }
 

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::now_ms;
 use bytes::Bytes;
 use common::InProcess;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -18,7 +19,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use strata::catalog::config::TopicConfig;
 use strata::compaction::{merge, LocalSegment, LocalSink, MergeOptions, SegmentSource};
 use strata::format::segment::file_name;
-use strata::log::{now_ms, Partition, Visibility};
+use strata::log::{Partition, Visibility};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const KEYS: usize = 20;

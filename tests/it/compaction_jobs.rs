@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::now_ms;
 use common::{free_port, InProcess, Process};
 use object_store::ObjectStore;
 use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
@@ -20,7 +21,6 @@ use rdkafka::Offset;
 use strata::catalog::config::TopicConfig;
 use strata::compaction::job::{JobSpec, Outcome, Runner};
 use strata::compaction::policy::{for_topic, SegmentDesc};
-use strata::log::now_ms;
 use strata::manifest::store::{default_url, open, S3Options};
 use strata::manifest::Manifest;
 use strata::manifest::{objects, partition_prefix};
@@ -398,7 +398,9 @@ async fn a_quiet_compacted_topic_shrinks_within_the_dirty_ratio() {
                 let now = now_ms();
                 let settled = now > newest + BOUND_LAG_MS
                     && m.end_offset() == Some(end)
-                    && for_topic(&config.settings()).next_job(&descs(&m), now).is_none()
+                    && for_topic(&config.settings())
+                        .next_job(&descs(&m), now)
+                        .is_none()
                     && m.segments.iter().any(|s| s.level > 0);
                 let (records, read_end) = read(bootstrap.clone()).await;
                 if settled && records.len() <= at_most {
@@ -550,7 +552,7 @@ async fn a_worker_stopped_after_any_step_loses_and_duplicates_nothing() {
     let orphans = unnamed_segments(&store, &after).await;
     assert_eq!(orphans.len(), 3, "{orphans:?}");
     let prefix = partition_prefix("kv", job.topic_id, 0);
-    let deleted = objects::collect_orphans(&store, &prefix, &after, Duration::ZERO)
+    let deleted = objects::collect_orphans(&store, &prefix, &after, now_ms(), Duration::ZERO)
         .await
         .unwrap();
     assert!(deleted >= 3 * 4, "{deleted}");
@@ -763,7 +765,9 @@ mod offsets {
             let (m, config, _) = manifest(&store, "__consumer_offsets").await.unwrap();
             let tiered = m.end_offset().unwrap_or(0);
             let settled = tiered as u64 + 20_000 >= written
-                && for_topic(&config.settings()).next_job(&descs(&m), now_ms()).is_none();
+                && for_topic(&config.settings())
+                    .next_job(&descs(&m), now_ms())
+                    .is_none();
             if settled {
                 break m;
             }

@@ -56,8 +56,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::common;
-
 const TOPIC: &str = "sim";
 const TOPIC_ID: Uuid = Uuid::from_u128(0x5151);
 const PARTITIONS: i32 = 2;

@@ -9,6 +9,7 @@ use crate::common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::now_ms;
 use bytes::Bytes;
 use common::clients;
 use common::{str_bytes, InProcess, Raw};
@@ -27,7 +28,6 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
 use strata::format::batch::{encode_batch, BatchHeader, CODEC_MASK};
-use strata::log::now_ms;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const RESOURCE_TOPIC: i8 = 2;
