@@ -188,7 +188,10 @@ pub async fn collect_deleted_topics(
                 Err(e) => return Err(e.into()),
             }
             let objects: Vec<_> = store.list(Some(&id)).try_collect().await?;
-            if objects.iter().any(|o| o.last_modified.timestamp_millis() > cutoff) {
+            if objects
+                .iter()
+                .any(|o| o.last_modified.timestamp_millis() > cutoff)
+            {
                 continue;
             }
             for o in objects {
