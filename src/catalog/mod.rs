@@ -670,6 +670,27 @@ mod tests {
         }
     }
 
+    /// Ids come from the catalog's `Random`: a seed repeats them.
+    #[test]
+    fn cluster_and_topic_ids_come_from_the_random() {
+        use crate::clock::{Random, SeededRandom};
+        let open = |dir: &Path| {
+            let random = Arc::new(SeededRandom::new(5));
+            Catalog::open_with(dir, Default::default(), clock::system(), random).unwrap()
+        };
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (ca, cb) = (open(a.path()), open(b.path()));
+        let expected = SeededRandom::new(5);
+        assert_eq!(ca.cluster_id(), base64_uuid(expected.uuid()));
+        assert_eq!(ca.cluster_id(), cb.cluster_id());
+        let (ta, tb) = (
+            ca.create_topic("t", 1, 1, &[]).unwrap(),
+            cb.create_topic("t", 1, 1, &[]).unwrap(),
+        );
+        assert_eq!(ta.id(), expected.uuid());
+        assert_eq!(ta.id(), tb.id());
+    }
+
     #[test]
     fn topics_survive_reopen_and_deletion_is_final() {
         let dir = tempfile::tempdir().unwrap();

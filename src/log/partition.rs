@@ -1998,6 +1998,29 @@ mod tests {
         );
     }
 
+    /// `flush.ms` and `segment.ms` age on the partition's clock, not the
+    /// system's: nothing waits here.
+    #[test]
+    fn flush_ms_and_segment_ms_follow_the_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = crate::clock::ManualClock::new(1_000);
+        let p =
+            Partition::open_with_clock(dir.path(), Visibility::default(), clock.clone()).unwrap();
+        let cfg = AppendConfig {
+            segment_ms: 10_000,
+            ..cfg()
+        };
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg).unwrap();
+        assert!(!p.flush_due(None, Some(100)));
+        clock.advance(std::time::Duration::from_millis(100));
+        assert!(p.flush_due(None, Some(100)));
+        p.append(&make_batch(2, -1, -1, -1, 2), &cfg).unwrap();
+        assert_eq!(p.state.lock().segments.len(), 1);
+        clock.advance(std::time::Duration::from_millis(10_000));
+        p.append(&make_batch(2, -1, -1, -1, 3), &cfg).unwrap();
+        assert_eq!(p.state.lock().segments.len(), 2, "rolled at segment.ms");
+    }
+
     #[test]
     fn whole_batches_only_and_min_one() {
         let dir = tempfile::tempdir().unwrap();
