@@ -2004,8 +2004,11 @@ mod tests {
     fn flush_ms_and_segment_ms_follow_the_clock() {
         let dir = tempfile::tempdir().unwrap();
         let clock = crate::clock::ManualClock::new(1_000);
-        let p =
-            Partition::open_with_clock(dir.path(), Visibility::default(), clock.clone()).unwrap();
+        let settings = PartitionSettings {
+            clock: clock.clone(),
+            ..Default::default()
+        };
+        let p = Partition::open(dir.path(), settings).unwrap();
         let cfg = AppendConfig {
             segment_ms: 10_000,
             ..cfg()

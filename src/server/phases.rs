@@ -202,6 +202,7 @@ pub(super) async fn join_cluster(
 /// What the broker keeps and serves from.
 pub(super) struct State {
     pub clock: SharedClock,
+    pub random: SharedRandom,
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
@@ -249,8 +250,13 @@ pub(super) async fn open_state(
         backpressure: Some(backpressure.clone()),
     };
     let data_dir = config.data_dir.clone();
-    let catalog =
-        tokio::task::spawn_blocking(move || Catalog::open(&data_dir, catalog_settings)).await??;
+    let catalog = {
+        let (clock, random) = (clock.clone(), random.clone());
+        tokio::task::spawn_blocking(move || {
+            Catalog::open_with(&data_dir, catalog_settings, clock, random)
+        })
+        .await??
+    };
     let catalog = Arc::new(catalog);
     let coordinator_config = config.coordinator();
     let txn_config = config.transactions();
@@ -325,7 +331,7 @@ pub(super) async fn open_state(
         offsets,
         coordinator_config,
         clock.clone(),
-        random,
+        random.clone(),
         leads(OFFSETS_TOPIC).map(|l| {
             let a: crate::coordinator::Active = Arc::new(move || l().is_some());
             a
@@ -345,6 +351,7 @@ pub(super) async fn open_state(
     .await?;
     Ok(State {
         clock,
+        random,
         catalog,
         coordinator: Arc::new(coordinator),
         txn: Arc::new(txn),
@@ -470,6 +477,8 @@ pub(super) fn spawn_jobs(
         );
         opts.client_properties = worker_security(config, inter);
         opts.totals = merges.clone();
+        opts.clock = state.clock.clone();
+        opts.random = state.random.clone();
         jobs.spawn(
             "compaction worker",
             super::run_compaction_worker(
