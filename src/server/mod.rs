@@ -40,7 +40,7 @@ use crate::tier::Tier;
 use config::{BrokerConfig, SaslLogin};
 use jobs::Jobs;
 use phases::{
-    accept, bind_listeners, build_api, join_cluster, open_state, open_store, serve_health,
+    accept, bind_listeners, build_api, join_cluster, open_state, open_store, restore, serve_health,
     spawn_jobs,
 };
 
@@ -83,8 +83,9 @@ impl Server {
         let data_dir = data_dir::claim(&config.data_dir, random.as_ref())?;
         let (stop, stop_rx) = watch::channel(false);
         let mut jobs = Jobs::new(stop_rx);
-        let (store, store_requests) = open_store(&config, store).await?;
+        let (store, store_requests) = open_store(&config, store)?;
         let health = serve_health(&config, &store, &mut jobs).await?;
+        restore(&config, &store).await?;
         let listeners = bind_listeners(&config).await?;
         let joined = join_cluster(&config, &store, &listeners, &data_dir).await?;
         let state = open_state(&config, store, joined.as_ref(), &listeners, clock, random).await?;

@@ -2,16 +2,18 @@
 //! the next needs, so the order things must be built in is written here and
 //! nowhere else:
 //!
-//! 1. `open_store`: the object store, and a wiped data directory refilled
-//!    from it before anything reads the directory.
-//! 2. `serve_health`: `/healthz` answers while the rest starts.
-//! 3. `bind_listeners`: the sockets, before joining a cluster, because a
+//! 1. `open_store`: the object store.
+//! 2. `serve_health`: `/healthz` answers while the rest starts, the store
+//!    included (it may be slow or down).
+//! 3. `restore`: a wiped data directory is refilled from the store before
+//!    anything reads the directory.
+//! 4. `bind_listeners`: the sockets, before joining a cluster, because a
 //!    port given as 0 becomes the one registered in etcd.
-//! 4. `join_cluster`: etcd membership and the write-ahead log (cluster mode).
-//! 5. `open_state`: credentials, the catalog, the coordinators over it, the
+//! 5. `join_cluster`: etcd membership and the write-ahead log (cluster mode).
+//! 6. `open_state`: credentials, the catalog, the coordinators over it, the
 //!    tier and the compaction scheduler, ACLs and quotas.
-//! 6. `build_api`: the `Broker` the handlers share.
-//! 7. `spawn_jobs` and `accept`: every background job and the accept loops.
+//! 7. `build_api`: the `Broker` the handlers share.
+//! 8. `spawn_jobs` and `accept`: every background job and the accept loops.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -48,9 +50,8 @@ use crate::tier::{self, Tier, TierSettings};
 /// A compaction job not done after this long is queued again.
 const REQUEUE_AFTER: Duration = Duration::from_secs(300);
 
-/// The store the flags name (or the one given), counting its requests; a
-/// wiped data directory is refilled from it.
-pub(super) async fn open_store(
+/// The store the flags name (or the one given), counting its requests.
+pub(super) fn open_store(
     config: &BrokerConfig,
     store: Option<Arc<dyn ObjectStore>>,
 ) -> anyhow::Result<(Arc<dyn ObjectStore>, Arc<RequestCounts>)> {
@@ -58,8 +59,15 @@ pub(super) async fn open_store(
         Some(s) => s,
         None => open_configured(&config.object_store.settings(), &config.data_dir)?,
     };
-    let (store, requests) = Counted::wrap(store);
-    let restored = tier::restore::restore(&store, &config.data_dir).await?;
+    Ok(Counted::wrap(store))
+}
+
+/// Refills a wiped data directory from the store.
+pub(super) async fn restore(
+    config: &BrokerConfig,
+    store: &Arc<dyn ObjectStore>,
+) -> anyhow::Result<()> {
+    let restored = tier::restore::restore(store, &config.data_dir).await?;
     if restored != Default::default() {
         tracing::info!(
             topics = restored.topics,
@@ -67,7 +75,7 @@ pub(super) async fn open_store(
             "restored from the object store"
         );
     }
-    Ok((store, requests))
+    Ok(())
 }
 
 /// With `--metrics-listen`, the process shows alive (and not ready) while a
