@@ -16,9 +16,16 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::config::{definition, list_items, ConfigType, TOPIC_CONFIGS};
 use crate::catalog::CatalogError;
+
+error_codes! {
+    DescribeConfigsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
+    AlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
+    IncrementalAlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
+}
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;

@@ -12,9 +12,15 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::groups::error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::coordinator::consumer::HeartbeatParams;
 use crate::coordinator::{CoordinatorError, NamedAssignment};
+
+error_codes! {
+    ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
+    ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+}
 
 /// Kafka's "authorized operations not requested".
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;

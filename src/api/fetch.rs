@@ -25,10 +25,20 @@ use tokio::sync::watch;
 
 use super::error::log_error_code;
 use super::fetch_session::{Answered, PartitionKey, Plan, Position, TopicRef};
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::Topic;
 use crate::format::batch;
 use crate::log::Partition;
+
+error_codes! {
+    FetchResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.responses {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
 
 /// The partitions of one topic to read, resolved once.
 struct Wanted {

@@ -25,12 +25,51 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::metrics::error_codes;
 use super::Broker;
 use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
+
+error_codes! {
+    FindCoordinatorResponse => |r, f| {
+        f(r.error_code);
+        r.coordinators.iter().for_each(|c| f(c.error_code));
+    };
+    JoinGroupResponse => |r, f| f(r.error_code);
+    SyncGroupResponse => |r, f| f(r.error_code);
+    HeartbeatResponse => |r, f| f(r.error_code);
+    LeaveGroupResponse => |r, f| {
+        f(r.error_code);
+        r.members.iter().for_each(|m| f(m.error_code));
+    };
+    OffsetCommitResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    OffsetFetchResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+        for g in &r.groups {
+            f(g.error_code);
+            for t in &g.topics {
+                t.partitions.iter().for_each(|p| f(p.error_code));
+            }
+        }
+    };
+    ListGroupsResponse => |r, f| f(r.error_code);
+    DescribeGroupsResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+    DeleteGroupsResponse => |r, f| r.results.iter().for_each(|g| f(g.error_code));
+    OffsetDeleteResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
 
 const GROUP_KEY_TYPE: i8 = 0;
 const TRANSACTION_KEY_TYPE: i8 = 1;

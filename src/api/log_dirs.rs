@@ -17,8 +17,16 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::metrics::error_codes;
 use super::{Broker, Route};
 use crate::catalog::Topic;
+
+error_codes! {
+    DescribeLogDirsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|d| f(d.error_code));
+    };
+}
 
 pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     // (topic, partitions asked for; None = all)

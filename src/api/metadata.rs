@@ -16,8 +16,20 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::{validate_topic_name, Topic};
+
+error_codes! {
+    MetadataResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            f(t.error_code);
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    DescribeClusterResponse => |r, f| f(r.error_code);
+}
 
 pub fn metadata(
     broker: &Broker,

@@ -19,8 +19,21 @@ use kafka_protocol::messages::{
 };
 
 use super::error::log_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::log::{LogError, Partition};
+
+error_codes! {
+    ListOffsetsResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DeleteRecordsResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    OffsetForLeaderEpochResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -29,7 +29,28 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::metadata::{brokers, leader};
+use super::metrics::error_codes;
 use super::Broker;
+
+error_codes! {
+    ElectLeadersResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.replica_election_results {
+            t.partition_result.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    AlterPartitionReassignmentsResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.responses {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    ListPartitionReassignmentsResponse => |r, f| f(r.error_code);
+    DescribeTopicPartitionsResponse => |r, f| for t in &r.topics {
+        f(t.error_code);
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
 
 /// Kafka's `max.request.partition.size.limit` default: the most partitions
 /// one DescribeTopicPartitions response holds.

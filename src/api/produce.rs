@@ -22,11 +22,18 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::error::log_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::ProducePolicy;
 use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
 use crate::format::records;
 use crate::log::{LogError, Partition};
+
+error_codes! {
+    ProduceResponse => |r, f| for t in &r.responses {
+        t.partition_responses.iter().for_each(|p| f(p.error_code));
+    };
+}
 
 /// Why a partition's batch was not appended: the error code, its message
 /// and, for record-level problems, the records at fault.

@@ -7,10 +7,15 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::Catalog;
 use crate::cluster::ClusterNode;
 use crate::coordinator::txn::ProducerIdSource;
+
+error_codes! {
+    InitProducerIdResponse => |r, f| f(r.error_code);
+}
 
 pub async fn init_producer_id(
     broker: Arc<Broker>,

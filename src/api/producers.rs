@@ -8,7 +8,14 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::metrics::error_codes;
 use super::Broker;
+
+error_codes! {
+    DescribeProducersResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
 
 pub fn describe_producers(
     broker: &Broker,

@@ -17,7 +17,17 @@ use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumRe
 use kafka_protocol::protocol::StrBytes;
 
 use super::metadata::brokers;
+use super::metrics::error_codes;
 use super::Broker;
+
+error_codes! {
+    DescribeQuorumResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
 
 const METADATA_TOPIC: &str = "__cluster_metadata";
 

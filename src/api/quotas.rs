@@ -19,10 +19,16 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::CLUSTER_DENIED;
 use super::dispatch::Ctx;
+use super::metrics::error_codes;
 use super::{Broker, Mute};
 use crate::access::acl::Operation;
 use crate::access::quota::{self, Direction, QuotaEntity, QuotaEntry};
 use crate::principal::Principal;
+
+error_codes! {
+    DescribeClientQuotasResponse => |r, f| f(r.error_code);
+    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
+}
 
 const INVALID_REQUEST: i16 = 42;
 const UNKNOWN_SERVER_ERROR: i16 = -1;

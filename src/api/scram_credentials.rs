@@ -19,9 +19,20 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::metrics::error_codes;
 use super::Broker;
 use crate::auth::credentials::Change;
 use crate::auth::scram::{Credential, Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+
+error_codes! {
+    SaslHandshakeResponse => |r, f| f(r.error_code);
+    SaslAuthenticateResponse => |r, f| f(r.error_code);
+    DescribeUserScramCredentialsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|u| f(u.error_code));
+    };
+    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
+}
 
 /// SaslHandshake on a connection that does not use SASL, or again after a
 /// completed authentication while re-authentication is not under way:

@@ -19,10 +19,17 @@ use kafka_protocol::protocol::StrBytes;
 use super::configs::CONFIG_SOURCE_DEFAULT;
 use super::configs::CONFIG_SOURCE_TOPIC;
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
 use crate::catalog::config::TOPIC_CONFIGS;
 use crate::catalog::{CatalogError, TopicConfig};
 use crate::cluster::ClusterError;
+
+error_codes! {
+    CreateTopicsResponse => |r, f| r.topics.iter().for_each(|t| f(t.error_code));
+    DeleteTopicsResponse => |r, f| r.responses.iter().for_each(|t| f(t.error_code));
+    CreatePartitionsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
+}
 
 /// A cluster-wide change that failed: the code, and why.
 fn cluster_error(e: ClusterError) -> (i16, String) {

@@ -29,11 +29,29 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, watch};
 
+use super::metrics::error_codes;
 use super::{Broker, Route};
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::state::{TxnError, TxnState};
 use crate::coordinator::txn::MarkerJob;
 use crate::coordinator::{Committer, OffsetCommit};
+
+error_codes! {
+    AddPartitionsToTxnResponse => |r, f| {
+        f(r.error_code);
+        let topics = r.results_by_transaction.iter().flat_map(|t| &t.topic_results);
+        for t in topics.chain(&r.results_by_topic_v3_and_below) {
+            t.results_by_partition.iter().for_each(|p| f(p.partition_error_code));
+        }
+    };
+    AddOffsetsToTxnResponse => |r, f| f(r.error_code);
+    EndTxnResponse => |r, f| f(r.error_code);
+    TxnOffsetCommitResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
+    ListTransactionsResponse => |r, f| f(r.error_code);
+}
 
 /// Kafka's code for a coordinator error. Before KIP-588 (InitProducerId v4,
 /// AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2) a fenced producer is

@@ -21,11 +21,18 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use super::error::log_error_code;
+use super::metrics::error_codes;
 use super::produce::{acks_all_waits, durable_timeout, wait_durable};
 use super::Broker;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::format::control::EndTxnMarker;
 use crate::log::Partition;
+
+error_codes! {
+    WriteTxnMarkersResponse => |r, f| for t in r.markers.iter().flat_map(|m| &m.topics) {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
 
 /// How long a marker may wait for the write-ahead log (Kafka writes markers
 /// with `request.timeout.ms`, 30 s by default).

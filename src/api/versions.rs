@@ -6,6 +6,11 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::ApiVersionsResponse;
 
 use super::dispatch::APIS;
+use super::metrics::error_codes;
+
+error_codes! {
+    ApiVersionsResponse => |r, f| f(r.error_code);
+}
 
 fn api_list() -> Vec<ApiVersion> {
     APIS.iter()
