@@ -17,9 +17,27 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::CLUSTER_DENIED;
-use super::dispatch::Ctx;
+use super::dispatch::{api, Api, Ctx};
+use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::{AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType};
+
+pub(super) const CREATE_ACLS: Api = api!(CreateAclsRequest, 1..=3, later(create_acls));
+pub(super) const DESCRIBE_ACLS: Api = api!(
+    DescribeAclsRequest,
+    1..=3,
+    ready(|b, r, cx| describe_acls(b, r, cx))
+);
+pub(super) const DELETE_ACLS: Api = api!(DeleteAclsRequest, 1..=3, later(delete_acls));
+
+error_codes! {
+    CreateAclsResponse => |r, f| r.results.iter().for_each(|c| f(c.error_code));
+    DescribeAclsResponse => |r, f| f(r.error_code);
+    DeleteAclsResponse => |r, f| for fr in &r.filter_results {
+        f(fr.error_code);
+        fr.matching_acls.iter().for_each(|m| f(m.error_code));
+    };
+}
 
 const INVALID_REQUEST: i16 = 42;
 const SECURITY_DISABLED: i16 = 54;

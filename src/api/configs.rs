@@ -1,6 +1,7 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, and
 //! a read-only view of the broker's own settings.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
@@ -9,16 +10,191 @@ use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalResult;
+use kafka_protocol::messages::*;
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{CLUSTER_DENIED, TOPIC_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::catalog::config::{definition, list_items, ConfigType, TOPIC_CONFIGS};
 use crate::catalog::CatalogError;
+
+pub(super) const DESCRIBE_CONFIGS: Api = api!(
+    DescribeConfigsRequest,
+    1..=4,
+    ready(handle_describe_configs)
+);
+pub(super) const ALTER_CONFIGS: Api = api!(AlterConfigsRequest, 0..=2, later(handle_alter_configs));
+pub(super) const INCREMENTAL_ALTER_CONFIGS: Api = api!(
+    IncrementalAlterConfigsRequest,
+    0..=1,
+    later(handle_incremental_alter_configs)
+);
+
+error_codes! {
+    DescribeConfigsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
+    AlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
+    IncrementalAlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
+}
+
+fn handle_describe_configs(
+    b: &Arc<Broker>,
+    r: DescribeConfigsRequest,
+    cx: &Ctx<'_>,
+) -> DescribeConfigsResponse {
+    let (r, denied) = authorize_describe_configs(b, cx, r);
+    let mut resp = describe_configs(b, r, cx.version);
+    resp.results.extend(denied);
+    resp
+}
+
+fn handle_alter_configs(
+    b: &Arc<Broker>,
+    r: AlterConfigsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = AlterConfigsResponse> + Send + 'static {
+    let (r, denied) = authorize_alter_configs(b, cx, r);
+    let pending = alter_configs(b.clone(), r);
+    async move {
+        let mut resp = pending.await;
+        resp.responses.extend(denied);
+        resp
+    }
+}
+
+fn handle_incremental_alter_configs(
+    b: &Arc<Broker>,
+    r: IncrementalAlterConfigsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = IncrementalAlterConfigsResponse> + Send + 'static {
+    let (r, denied) = authorize_incremental_alter_configs(b, cx, r);
+    let pending = incremental_alter_configs(b.clone(), r);
+    async move {
+        let mut resp = pending.await;
+        resp.responses.extend(denied);
+        resp
+    }
+}
+
+/// Config resources: topics (2) need the topic operation, brokers (4) and
+/// broker loggers (8) the cluster one.
+fn config_resource_allowed(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    kind: i8,
+    name: &str,
+    op: Operation,
+) -> Result<(), i16> {
+    match kind {
+        2 if b.on_topic(cx, op, name) => Ok(()),
+        2 => Err(TOPIC_DENIED),
+        _ if b.on_cluster(cx, op) => Ok(()),
+        _ => Err(CLUSTER_DENIED),
+    }
+}
+
+fn authorize_describe_configs(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: DescribeConfigsRequest,
+) -> (
+    DescribeConfigsRequest,
+    Vec<describe_configs_response::DescribeConfigsResult>,
+) {
+    let mut denied = Vec::new();
+    req.resources.retain(|r| {
+        match config_resource_allowed(
+            b,
+            cx,
+            r.resource_type,
+            &r.resource_name,
+            Operation::DescribeConfigs,
+        ) {
+            Ok(()) => true,
+            Err(code) => {
+                denied.push(
+                    describe_configs_response::DescribeConfigsResult::default()
+                        .with_error_code(code)
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name.clone()),
+                );
+                false
+            }
+        }
+    });
+    (req, denied)
+}
+
+fn authorize_alter_configs(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: AlterConfigsRequest,
+) -> (
+    AlterConfigsRequest,
+    Vec<alter_configs_response::AlterConfigsResourceResponse>,
+) {
+    let mut denied = Vec::new();
+    req.resources.retain(|r| {
+        match config_resource_allowed(
+            b,
+            cx,
+            r.resource_type,
+            &r.resource_name,
+            Operation::AlterConfigs,
+        ) {
+            Ok(()) => true,
+            Err(code) => {
+                denied.push(
+                    alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_error_code(code)
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name.clone()),
+                );
+                false
+            }
+        }
+    });
+    (req, denied)
+}
+
+fn authorize_incremental_alter_configs(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: IncrementalAlterConfigsRequest,
+) -> (
+    IncrementalAlterConfigsRequest,
+    Vec<incremental_alter_configs_response::AlterConfigsResourceResponse>,
+) {
+    let mut denied = Vec::new();
+    req.resources.retain(|r| {
+        match config_resource_allowed(
+            b,
+            cx,
+            r.resource_type,
+            &r.resource_name,
+            Operation::AlterConfigs,
+        ) {
+            Ok(()) => true,
+            Err(code) => {
+                denied.push(
+                    incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_error_code(code)
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name.clone()),
+                );
+                false
+            }
+        }
+    });
+    (req, denied)
+}
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;

@@ -11,10 +11,70 @@ use kafka_protocol::messages::consumer_group_heartbeat_response::{self as heartb
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{split, Resource, GROUP_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::groups::error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::coordinator::consumer::HeartbeatParams;
 use crate::coordinator::{CoordinatorError, NamedAssignment};
+
+pub(super) const CONSUMER_GROUP_HEARTBEAT: Api = api!(
+    ConsumerGroupHeartbeatRequest,
+    0..=1,
+    later(|b, r, cx| {
+        let client_host = format!("/{}", cx.client_host);
+        consumer_group_heartbeat(b.clone(), r, cx.version, cx.client_id(), client_host)
+    }),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        ConsumerGroupHeartbeatResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+pub(super) const CONSUMER_GROUP_DESCRIBE: Api = api!(
+    ConsumerGroupDescribeRequest,
+    0..=1,
+    ready(handle_consumer_group_describe)
+);
+
+error_codes! {
+    ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
+    ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+}
+
+fn handle_consumer_group_describe(
+    b: &Arc<Broker>,
+    r: ConsumerGroupDescribeRequest,
+    cx: &Ctx<'_>,
+) -> ConsumerGroupDescribeResponse {
+    let (r, denied) = authorize_consumer_group_describe(b, cx, r);
+    let mut resp = consumer_group_describe(b, r, cx.version);
+    resp.groups.extend(denied);
+    resp
+}
+
+fn authorize_consumer_group_describe(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: ConsumerGroupDescribeRequest,
+) -> (
+    ConsumerGroupDescribeRequest,
+    Vec<consumer_group_describe_response::DescribedGroup>,
+) {
+    let (ok, denied) = split(std::mem::take(&mut req.group_ids), |g| {
+        b.on_group(cx, Operation::Describe, g)
+    });
+    req.group_ids = ok;
+    let denied = denied
+        .into_iter()
+        .map(|g| {
+            consumer_group_describe_response::DescribedGroup::default()
+                .with_group_id(g)
+                .with_error_code(GROUP_DENIED)
+        })
+        .collect();
+    (req, denied)
+}
 
 /// Kafka's "authorized operations not requested".
 const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;

@@ -11,6 +11,7 @@
 //! reads them.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,16 +20,117 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::{
+    fetch_request, fetch_response, FetchRequest, FetchResponse, ProducerId, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 
+use super::authorize::{split, TOPIC_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::log_error_code;
 use super::fetch_session::{Answered, PartitionKey, Plan, Position, TopicRef};
-use super::Broker;
+use super::metrics::error_codes;
+use super::{leader_hints, quotas, Broker};
+use crate::access::acl::Operation;
+use crate::access::quota::Direction;
 use crate::catalog::Topic;
 use crate::format::batch;
 use crate::log::Partition;
+
+pub(super) const FETCH: Api = api!(FetchRequest, 4..=17, later(handle_fetch));
+
+error_codes! {
+    FetchResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.responses {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
+
+/// Fetch: READ on each topic; then the fetch quota on what was read.
+fn handle_fetch(
+    b: &Arc<Broker>,
+    r: FetchRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = FetchResponse> + Send + 'static {
+    let (r, denied) = authorize_fetch(b, cx, r);
+    let pending = leader_hints::fetch(b, fetch(b.clone(), r, cx.version), cx.version, cx.listener);
+    let (b, principal, client_id, mute) = (
+        b.clone(),
+        cx.principal.clone(),
+        cx.client_id(),
+        cx.mute.clone(),
+    );
+    async move {
+        let mut resp = pending.await;
+        resp.responses.extend(denied);
+        let throttle = quotas::throttle(
+            &b,
+            &principal,
+            &client_id,
+            &mute,
+            Direction::Fetch,
+            fetch_bytes(&resp),
+        );
+        resp.throttle_time_ms = quotas::millis(throttle);
+        resp
+    }
+}
+
+fn authorize_fetch(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: FetchRequest,
+) -> (FetchRequest, Vec<fetch_response::FetchableTopicResponse>) {
+    use fetch_response::{FetchableTopicResponse, PartitionData};
+    let name_of = |t: &fetch_request::FetchTopic| -> Option<String> {
+        if t.topic_id.is_nil() {
+            Some(t.topic.0.to_string())
+        } else {
+            b.catalog
+                .topic_by_id(t.topic_id)
+                .map(|t| t.name().to_string())
+        }
+    };
+    // An unknown topic id is the handler's to answer (UNKNOWN_TOPIC_ID).
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        name_of(t).is_none_or(|n| b.on_topic(cx, Operation::Read, &n))
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            FetchableTopicResponse::default()
+                .with_topic(t.topic)
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionData::default()
+                                .with_partition_index(p.partition)
+                                .with_error_code(TOPIC_DENIED)
+                                .with_high_watermark(-1)
+                                .with_last_stable_offset(-1)
+                                .with_log_start_offset(-1)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+/// Bytes of record data in a fetch response, for the fetch quota.
+fn fetch_bytes(resp: &FetchResponse) -> u64 {
+    resp.responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum()
+}
 
 /// The partitions of one topic to read, resolved once.
 struct Wanted {

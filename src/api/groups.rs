@@ -2,6 +2,7 @@
 //! LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
 //! DeleteGroups and OffsetDelete, translated to and from the coordinator.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,12 +26,322 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{split, Resource, GROUP_DENIED, TOPIC_DENIED, TXN_ID_DENIED};
+use super::dispatch::{api, Api, Ctx};
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::{Operation, ResourceType};
 use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
+
+pub(super) const FIND_COORDINATOR: Api = api!(
+    FindCoordinatorRequest,
+    0..=6,
+    ready(handle_find_coordinator)
+);
+pub(super) const JOIN_GROUP: Api = api!(
+    JoinGroupRequest,
+    0..=9,
+    later(|b, r, cx| {
+        let client_host = format!("/{}", cx.client_host);
+        join_group(b.clone(), r, cx.version, cx.client_id(), client_host)
+    }),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        JoinGroupResponse::default()
+            .with_error_code(GROUP_DENIED)
+            .with_generation_id(-1)
+    })
+);
+pub(super) const SYNC_GROUP: Api = api!(
+    SyncGroupRequest,
+    0..=5,
+    later(|b, r, cx| sync_group(b.clone(), r, cx.version)),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        SyncGroupResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+pub(super) const HEARTBEAT: Api = api!(
+    HeartbeatRequest,
+    0..=4,
+    ready(|b, r, _| heartbeat(b, r)),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        HeartbeatResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+pub(super) const LEAVE_GROUP: Api = api!(
+    LeaveGroupRequest,
+    0..=5,
+    ready(|b, r, cx| leave_group(b, r, cx.version)),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        LeaveGroupResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+pub(super) const OFFSET_COMMIT: Api = api!(OffsetCommitRequest, 2..=9, later(handle_offset_commit));
+pub(super) const OFFSET_FETCH: Api = api!(OffsetFetchRequest, 1..=9, ready(handle_offset_fetch));
+pub(super) const LIST_GROUPS: Api = api!(ListGroupsRequest, 0..=5, ready(handle_list_groups));
+pub(super) const DESCRIBE_GROUPS: Api =
+    api!(DescribeGroupsRequest, 0..=5, ready(handle_describe_groups));
+pub(super) const DELETE_GROUPS: Api = api!(DeleteGroupsRequest, 0..=2, ready(handle_delete_groups));
+pub(super) const OFFSET_DELETE: Api = api!(
+    OffsetDeleteRequest,
+    0..=0,
+    ready(|b, r, _| offset_delete(b, r)),
+    acl(Operation::Delete, Resource::Group(|r| &r.group_id), |_| {
+        OffsetDeleteResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+
+error_codes! {
+    FindCoordinatorResponse => |r, f| {
+        f(r.error_code);
+        r.coordinators.iter().for_each(|c| f(c.error_code));
+    };
+    JoinGroupResponse => |r, f| f(r.error_code);
+    SyncGroupResponse => |r, f| f(r.error_code);
+    HeartbeatResponse => |r, f| f(r.error_code);
+    LeaveGroupResponse => |r, f| {
+        f(r.error_code);
+        r.members.iter().for_each(|m| f(m.error_code));
+    };
+    OffsetCommitResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    OffsetFetchResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+        for g in &r.groups {
+            f(g.error_code);
+            for t in &g.topics {
+                t.partitions.iter().for_each(|p| f(p.error_code));
+            }
+        }
+    };
+    ListGroupsResponse => |r, f| f(r.error_code);
+    DescribeGroupsResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+    DeleteGroupsResponse => |r, f| r.results.iter().for_each(|g| f(g.error_code));
+    OffsetDeleteResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
+
+fn handle_find_coordinator(
+    b: &Arc<Broker>,
+    r: FindCoordinatorRequest,
+    cx: &Ctx<'_>,
+) -> FindCoordinatorResponse {
+    let (key_type, key) = (r.key_type, r.key.to_string());
+    let mut resp = find_coordinator(b, r, cx.version, cx.listener);
+    filter_find_coordinator(b, cx, key_type, &mut resp, &key);
+    resp
+}
+
+fn handle_offset_commit(
+    b: &Arc<Broker>,
+    r: OffsetCommitRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
+    let (r, denied) = authorize_offset_commit(b, cx, r);
+    let pending = offset_commit(b.clone(), r, cx.version);
+    async move {
+        let mut resp = pending.await;
+        resp.topics.extend(denied);
+        resp
+    }
+}
+
+fn handle_offset_fetch(
+    b: &Arc<Broker>,
+    r: OffsetFetchRequest,
+    cx: &Ctx<'_>,
+) -> OffsetFetchResponse {
+    let group = r.group_id.to_string();
+    let mut resp = offset_fetch(b, r, cx.version);
+    filter_offset_fetch(b, cx, &mut resp, &group);
+    resp
+}
+
+fn handle_list_groups(b: &Arc<Broker>, r: ListGroupsRequest, cx: &Ctx<'_>) -> ListGroupsResponse {
+    let mut resp = list_groups(b, r, cx.version);
+    filter_list_groups(b, cx, &mut resp);
+    resp
+}
+
+fn handle_describe_groups(
+    b: &Arc<Broker>,
+    r: DescribeGroupsRequest,
+    cx: &Ctx<'_>,
+) -> DescribeGroupsResponse {
+    let (r, denied) = authorize_describe_groups(b, cx, r);
+    let mut resp = describe_groups(b, r, cx.version);
+    resp.groups.extend(denied);
+    resp
+}
+
+fn handle_delete_groups(
+    b: &Arc<Broker>,
+    r: DeleteGroupsRequest,
+    cx: &Ctx<'_>,
+) -> DeleteGroupsResponse {
+    let (r, denied) = authorize_delete_groups(b, cx, r);
+    let mut resp = delete_groups(b, r);
+    resp.results.extend(denied);
+    resp
+}
+
+/// FindCoordinator: DESCRIBE on the group (key type 0) or the transactional id (1).
+fn filter_find_coordinator(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    key_type: i8,
+    resp: &mut FindCoordinatorResponse,
+    single_key: &str,
+) {
+    let check = |key: &str| -> Option<i16> {
+        let (kind, code) = match key_type {
+            1 => (ResourceType::TransactionalId, TXN_ID_DENIED),
+            _ => (ResourceType::Group, GROUP_DENIED),
+        };
+        (!b.allowed(cx, Operation::Describe, kind, key)).then_some(code)
+    };
+    if cx.version < 4 {
+        if let Some(code) = check(single_key) {
+            *resp = FindCoordinatorResponse::default()
+                .with_error_code(code)
+                .with_node_id((-1).into());
+        }
+        return;
+    }
+    for c in &mut resp.coordinators {
+        if let Some(code) = check(&c.key) {
+            *c = find_coordinator_response::Coordinator::default()
+                .with_key(c.key.clone())
+                .with_error_code(code)
+                .with_node_id((-1).into());
+        }
+    }
+}
+
+/// OffsetCommit: READ on the group (else every partition gets
+/// GROUP_AUTHORIZATION_FAILED) and READ on each topic.
+fn authorize_offset_commit(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: OffsetCommitRequest,
+) -> (
+    OffsetCommitRequest,
+    Vec<offset_commit_response::OffsetCommitResponseTopic>,
+) {
+    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    let group_ok = b.on_group(cx, Operation::Read, &req.group_id);
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        group_ok && b.on_topic(cx, Operation::Read, &t.name)
+    });
+    req.topics = ok;
+    let code = if group_ok { TOPIC_DENIED } else { GROUP_DENIED };
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+/// OffsetFetch: DESCRIBE on each group; topics the principal may not
+/// DESCRIBE are left out of the answer, as Kafka does.
+fn filter_offset_fetch(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    resp: &mut OffsetFetchResponse,
+    single_group: &str,
+) {
+    if !single_group.is_empty() && !b.on_group(cx, Operation::Describe, single_group) {
+        resp.topics.clear();
+        resp.error_code = GROUP_DENIED;
+    }
+    resp.topics
+        .retain(|t| b.on_topic(cx, Operation::Describe, &t.name));
+    for g in &mut resp.groups {
+        if !b.on_group(cx, Operation::Describe, &g.group_id) {
+            g.topics.clear();
+            g.error_code = GROUP_DENIED;
+        }
+        g.topics
+            .retain(|t| b.on_topic(cx, Operation::Describe, &t.name));
+    }
+}
+
+fn filter_list_groups(b: &Broker, cx: &Ctx<'_>, resp: &mut ListGroupsResponse) {
+    if !b.on_cluster(cx, Operation::Describe) {
+        resp.groups
+            .retain(|g| b.on_group(cx, Operation::Describe, &g.group_id));
+    }
+}
+
+fn authorize_describe_groups(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: DescribeGroupsRequest,
+) -> (
+    DescribeGroupsRequest,
+    Vec<describe_groups_response::DescribedGroup>,
+) {
+    let (ok, denied) = split(std::mem::take(&mut req.groups), |g| {
+        b.on_group(cx, Operation::Describe, g)
+    });
+    req.groups = ok;
+    let denied = denied
+        .into_iter()
+        .map(|g| {
+            describe_groups_response::DescribedGroup::default()
+                .with_group_id(g)
+                .with_error_code(GROUP_DENIED)
+        })
+        .collect();
+    (req, denied)
+}
+
+fn authorize_delete_groups(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: DeleteGroupsRequest,
+) -> (
+    DeleteGroupsRequest,
+    Vec<delete_groups_response::DeletableGroupResult>,
+) {
+    let (ok, denied) = split(std::mem::take(&mut req.groups_names), |g| {
+        b.on_group(cx, Operation::Delete, g)
+    });
+    req.groups_names = ok;
+    let denied = denied
+        .into_iter()
+        .map(|g| {
+            delete_groups_response::DeletableGroupResult::default()
+                .with_group_id(g)
+                .with_error_code(GROUP_DENIED)
+        })
+        .collect();
+    (req, denied)
+}
 
 const GROUP_KEY_TYPE: i8 = 0;
 const TRANSACTION_KEY_TYPE: i8 = 1;

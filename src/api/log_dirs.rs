@@ -17,8 +17,28 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{Resource, CLUSTER_DENIED};
+use super::dispatch::{api, Api};
+use super::metrics::error_codes;
 use super::{Broker, Route};
+use crate::access::acl::Operation;
 use crate::catalog::Topic;
+
+pub(super) const DESCRIBE_LOG_DIRS: Api = api!(
+    DescribeLogDirsRequest,
+    1..=4,
+    ready(|b, r, _| describe_log_dirs(b, r)),
+    acl(Operation::Describe, Resource::Cluster, |_| {
+        DescribeLogDirsResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+
+error_codes! {
+    DescribeLogDirsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|d| f(d.error_code));
+    };
+}
 
 pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     // (topic, partitions asked for; None = all)

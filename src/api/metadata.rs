@@ -3,11 +3,14 @@
 //! and leader epoch (replicas and ISR are the leader alone: the data lives in
 //! the object store, not on followers).
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::*;
 use kafka_protocol::messages::{
     BrokerId, DescribeClusterRequest, DescribeClusterResponse, MetadataRequest, MetadataResponse,
     TopicName,
@@ -15,9 +18,96 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::authorize::{Resource, CLUSTER_DENIED, TOPIC_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::catalog::{validate_topic_name, Topic};
+
+pub(super) const METADATA: Api = api!(MetadataRequest, 0..=13, ready(handle_metadata));
+pub(super) const DESCRIBE_CLUSTER: Api = api!(
+    DescribeClusterRequest,
+    0..=1,
+    ready(|b, r, cx| describe_cluster(b, r, cx.version, cx.listener)),
+    acl(Operation::Describe, Resource::Cluster, |_| {
+        DescribeClusterResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+
+error_codes! {
+    MetadataResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            f(t.error_code);
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    DescribeClusterResponse => |r, f| f(r.error_code);
+}
+
+/// Metadata: topics the principal may not DESCRIBE are left out of a
+/// listing and answered TOPIC_AUTHORIZATION_FAILED when asked for by name;
+/// an unknown topic is auto-created only with CREATE (else it is unknown).
+fn handle_metadata(b: &Arc<Broker>, mut req: MetadataRequest, cx: &Ctx<'_>) -> MetadataResponse {
+    use metadata_response::MetadataResponseTopic;
+    let listing = match &req.topics {
+        None => true,
+        Some(l) => cx.version == 0 && l.is_empty(),
+    };
+    let mut answered = Vec::new();
+    if !listing {
+        let mut kept = Vec::new();
+        for t in req.topics.take().unwrap_or_default() {
+            let name = match &t.name {
+                Some(n) if t.topic_id.is_nil() => n.0.to_string(),
+                _ => match b.catalog.topic_by_id(t.topic_id) {
+                    Some(found) => found.name().to_string(),
+                    None => {
+                        kept.push(t);
+                        continue;
+                    }
+                },
+            };
+            let exists = b.catalog.topic(&name).is_some();
+            let entry = || {
+                MetadataResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_topic_id(t.topic_id)
+            };
+            if exists && !b.on_topic(cx, Operation::Describe, &name) {
+                answered.push(entry().with_error_code(TOPIC_DENIED));
+            } else if !exists && !b.may_create_topic(cx, &name) {
+                let code = if b.on_topic(cx, Operation::Describe, &name) {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    TOPIC_DENIED
+                };
+                answered.push(entry().with_error_code(code));
+            } else {
+                kept.push(t);
+            }
+        }
+        if kept.is_empty() && cx.version == 0 {
+            // v0 reads an empty list as every topic.
+            let mut resp = metadata(b, req, cx.version, cx.listener);
+            resp.topics = answered;
+            return resp;
+        }
+        req.topics = Some(kept);
+    }
+    let mut resp = metadata(b, req, cx.version, cx.listener);
+    if listing {
+        resp.topics.retain(|t| {
+            t.name
+                .as_ref()
+                .is_none_or(|n| b.on_topic(cx, Operation::Describe, n))
+        });
+    }
+    resp.topics.extend(answered);
+    resp
+}
 
 pub fn metadata(
     broker: &Broker,

@@ -223,9 +223,13 @@ pub trait ErrorCodes {
     fn each_error(&self, f: &mut dyn FnMut(i16));
 }
 
+/// Says where a response keeps its error codes: `Type => |r, f| body;`
+/// calls `f` with each of them. Every API's module writes this for its own
+/// responses, next to its table entry, so a new API cannot be served without
+/// its errors being counted (dispatch requires the impl).
 macro_rules! error_codes {
     ($($t:ty => |$r:ident, $f:ident| $body:expr;)*) => {
-        $(impl ErrorCodes for $t {
+        $(impl $crate::api::metrics::ErrorCodes for $t {
             fn each_error(&self, $f: &mut dyn FnMut(i16)) {
                 let $r = self;
                 $body
@@ -233,142 +237,7 @@ macro_rules! error_codes {
         })*
     };
 }
-
-error_codes! {
-    ProduceResponse => |r, f| for t in &r.responses {
-        t.partition_responses.iter().for_each(|p| f(p.error_code));
-    };
-    FetchResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.responses {
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    ListOffsetsResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    MetadataResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.topics {
-            f(t.error_code);
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    ApiVersionsResponse => |r, f| f(r.error_code);
-    CreateTopicsResponse => |r, f| r.topics.iter().for_each(|t| f(t.error_code));
-    DeleteTopicsResponse => |r, f| r.responses.iter().for_each(|t| f(t.error_code));
-    DeleteRecordsResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    InitProducerIdResponse => |r, f| f(r.error_code);
-    OffsetForLeaderEpochResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    DescribeConfigsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
-    AlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
-    CreatePartitionsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
-    IncrementalAlterConfigsResponse => |r, f| r.responses.iter().for_each(|x| f(x.error_code));
-    DescribeClusterResponse => |r, f| f(r.error_code);
-    FindCoordinatorResponse => |r, f| {
-        f(r.error_code);
-        r.coordinators.iter().for_each(|c| f(c.error_code));
-    };
-    JoinGroupResponse => |r, f| f(r.error_code);
-    SyncGroupResponse => |r, f| f(r.error_code);
-    HeartbeatResponse => |r, f| f(r.error_code);
-    LeaveGroupResponse => |r, f| {
-        f(r.error_code);
-        r.members.iter().for_each(|m| f(m.error_code));
-    };
-    OffsetCommitResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    OffsetFetchResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.topics {
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-        for g in &r.groups {
-            f(g.error_code);
-            for t in &g.topics {
-                t.partitions.iter().for_each(|p| f(p.error_code));
-            }
-        }
-    };
-    ListGroupsResponse => |r, f| f(r.error_code);
-    DescribeGroupsResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
-    DeleteGroupsResponse => |r, f| r.results.iter().for_each(|g| f(g.error_code));
-    OffsetDeleteResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.topics {
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    DescribeLogDirsResponse => |r, f| {
-        f(r.error_code);
-        r.results.iter().for_each(|d| f(d.error_code));
-    };
-    ElectLeadersResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.replica_election_results {
-            t.partition_result.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    AlterPartitionReassignmentsResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.responses {
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    ListPartitionReassignmentsResponse => |r, f| f(r.error_code);
-    AddPartitionsToTxnResponse => |r, f| {
-        f(r.error_code);
-        let topics = r.results_by_transaction.iter().flat_map(|t| &t.topic_results);
-        for t in topics.chain(&r.results_by_topic_v3_and_below) {
-            t.results_by_partition.iter().for_each(|p| f(p.partition_error_code));
-        }
-    };
-    AddOffsetsToTxnResponse => |r, f| f(r.error_code);
-    EndTxnResponse => |r, f| f(r.error_code);
-    TxnOffsetCommitResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
-    ListTransactionsResponse => |r, f| f(r.error_code);
-    WriteTxnMarkersResponse => |r, f| for t in r.markers.iter().flat_map(|m| &m.topics) {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    DescribeProducersResponse => |r, f| for t in &r.topics {
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    DescribeQuorumResponse => |r, f| {
-        f(r.error_code);
-        for t in &r.topics {
-            t.partitions.iter().for_each(|p| f(p.error_code));
-        }
-    };
-    DescribeTopicPartitionsResponse => |r, f| for t in &r.topics {
-        f(t.error_code);
-        t.partitions.iter().for_each(|p| f(p.error_code));
-    };
-    ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
-    ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
-    CreateAclsResponse => |r, f| r.results.iter().for_each(|c| f(c.error_code));
-    DescribeAclsResponse => |r, f| f(r.error_code);
-    DeleteAclsResponse => |r, f| for fr in &r.filter_results {
-        f(fr.error_code);
-        fr.matching_acls.iter().for_each(|m| f(m.error_code));
-    };
-    DescribeClientQuotasResponse => |r, f| f(r.error_code);
-    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
-    SaslHandshakeResponse => |r, f| f(r.error_code);
-    SaslAuthenticateResponse => |r, f| f(r.error_code);
-    DescribeUserScramCredentialsResponse => |r, f| {
-        f(r.error_code);
-        r.results.iter().for_each(|u| f(u.error_code));
-    };
-    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
-}
+pub(crate) use error_codes;
 
 #[cfg(test)]
 mod tests {

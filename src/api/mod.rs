@@ -1,10 +1,14 @@
 //! The Kafka protocol front end: one module per API family.
 //!
-//! `Broker::handle_frame` decodes a request frame, runs the handler that the
-//! table in `dispatch` names for it and returns a `Reply`: a future of the
-//! encoded response frame. Everything that must happen in request order
-//! (offset assignment above all) runs before the future is returned; the future only waits (for fsync, for data to arrive),
-//! which lets the connection pipeline requests while answering in order.
+//! Each API is one place: its module exports its `dispatch` table entry
+//! (versions, handler, the ACL a whole request needs) and says where its
+//! responses keep their error codes. `Broker::handle_frame` decodes a
+//! request frame, runs the handler that the table in `dispatch` names for it
+//! and returns a `Reply`: a future of the encoded response frame. Everything
+//! that must happen in request order (offset assignment above all) runs
+//! before the future is returned; the future only waits (for fsync, for data
+//! to arrive), which lets the connection pipeline requests while answering
+//! in order.
 //! Errors from the catalog and the log become Kafka error codes here and
 //! nowhere else.
 

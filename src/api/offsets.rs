@@ -1,6 +1,7 @@
 //! ListOffsets (earliest, earliest local, latest, latest tiered, max
 //! timestamp, by timestamp), OffsetForLeaderEpoch and DeleteRecords.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
@@ -13,14 +14,180 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
+use kafka_protocol::messages::*;
 use kafka_protocol::messages::{
     DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 };
 
+use super::authorize::{split, TOPIC_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::log_error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::log::{LogError, Partition};
+
+pub(super) const LIST_OFFSETS: Api = api!(ListOffsetsRequest, 1..=10, later(handle_list_offsets));
+pub(super) const DELETE_RECORDS: Api =
+    api!(DeleteRecordsRequest, 0..=2, ready(handle_delete_records));
+pub(super) const OFFSET_FOR_LEADER_EPOCH: Api = api!(
+    OffsetForLeaderEpochRequest,
+    2..=4,
+    ready(handle_offset_for_leader_epoch)
+);
+
+error_codes! {
+    ListOffsetsResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DeleteRecordsResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    OffsetForLeaderEpochResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
+
+fn handle_list_offsets(
+    b: &Arc<Broker>,
+    r: ListOffsetsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = ListOffsetsResponse> + Send + 'static {
+    let (r, denied) = authorize_list_offsets(b, cx, r);
+    let pending = list_offsets(b.clone(), r, cx.version);
+    async move {
+        let mut resp = pending.await;
+        resp.topics.extend(denied);
+        resp
+    }
+}
+
+fn handle_delete_records(
+    b: &Arc<Broker>,
+    r: DeleteRecordsRequest,
+    cx: &Ctx<'_>,
+) -> DeleteRecordsResponse {
+    let (r, denied) = authorize_delete_records(b, cx, r);
+    let mut resp = delete_records(b, r);
+    resp.topics.extend(denied);
+    resp
+}
+
+fn handle_offset_for_leader_epoch(
+    b: &Arc<Broker>,
+    r: OffsetForLeaderEpochRequest,
+    cx: &Ctx<'_>,
+) -> OffsetForLeaderEpochResponse {
+    let (r, denied) = authorize_offset_for_leader_epoch(b, cx, r);
+    let mut resp = offset_for_leader_epoch(b, r);
+    resp.topics.extend(denied);
+    resp
+}
+
+fn authorize_list_offsets(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: ListOffsetsRequest,
+) -> (
+    ListOffsetsRequest,
+    Vec<list_offsets_response::ListOffsetsTopicResponse>,
+) {
+    use list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        b.on_topic(cx, Operation::Describe, &t.name)
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            ListOffsetsPartitionResponse::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(TOPIC_DENIED)
+                                .with_offset(-1)
+                                .with_timestamp(-1)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+fn authorize_delete_records(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: DeleteRecordsRequest,
+) -> (
+    DeleteRecordsRequest,
+    Vec<delete_records_response::DeleteRecordsTopicResult>,
+) {
+    use delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        b.on_topic(cx, Operation::Delete, &t.name)
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            DeleteRecordsPartitionResult::default()
+                                .with_partition_index(p.partition_index)
+                                .with_low_watermark(-1)
+                                .with_error_code(TOPIC_DENIED)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+fn authorize_offset_for_leader_epoch(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: OffsetForLeaderEpochRequest,
+) -> (
+    OffsetForLeaderEpochRequest,
+    Vec<offset_for_leader_epoch_response::OffsetForLeaderTopicResult>,
+) {
+    use offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        b.on_topic(cx, Operation::Describe, &t.topic)
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            EpochEndOffset::default()
+                                .with_partition(p.partition)
+                                .with_error_code(TOPIC_DENIED)
+                                .with_leader_epoch(-1)
+                                .with_end_offset(-1)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -11,6 +11,7 @@
 //! Kafka's error for it; no reassignment is ever in progress.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
@@ -28,8 +29,82 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{Resource, CLUSTER_DENIED, TOPIC_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::metadata::{brokers, leader};
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
+
+pub(super) const ELECT_LEADERS: Api = api!(
+    ElectLeadersRequest,
+    0..=2,
+    ready(|b, r, _| elect_leaders(b, r)),
+    acl(Operation::Alter, Resource::Cluster, |_| {
+        ElectLeadersResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+pub(super) const ALTER_PARTITION_REASSIGNMENTS: Api = api!(
+    AlterPartitionReassignmentsRequest,
+    0..=1,
+    ready(|b, r, _| alter_partition_reassignments(b, r)),
+    acl(Operation::Alter, Resource::Cluster, |_| {
+        AlterPartitionReassignmentsResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+pub(super) const LIST_PARTITION_REASSIGNMENTS: Api = api!(
+    ListPartitionReassignmentsRequest,
+    0..=0,
+    ready(|b, r, _| list_partition_reassignments(b, r)),
+    acl(Operation::Describe, Resource::Cluster, |_| {
+        ListPartitionReassignmentsResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+pub(super) const DESCRIBE_TOPIC_PARTITIONS: Api = api!(
+    DescribeTopicPartitionsRequest,
+    0..=0,
+    ready(handle_describe_topic_partitions)
+);
+
+error_codes! {
+    ElectLeadersResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.replica_election_results {
+            t.partition_result.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    AlterPartitionReassignmentsResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.responses {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+    ListPartitionReassignmentsResponse => |r, f| f(r.error_code);
+    DescribeTopicPartitionsResponse => |r, f| for t in &r.topics {
+        f(t.error_code);
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
+
+/// DescribeTopicPartitions: a topic the principal may not DESCRIBE is
+/// answered TOPIC_AUTHORIZATION_FAILED, without its partitions.
+fn handle_describe_topic_partitions(
+    b: &Arc<Broker>,
+    r: DescribeTopicPartitionsRequest,
+    cx: &Ctx<'_>,
+) -> DescribeTopicPartitionsResponse {
+    let mut resp = describe_topic_partitions(b, r);
+    for t in &mut resp.topics {
+        if t.name
+            .as_ref()
+            .is_some_and(|n| !b.on_topic(cx, Operation::Describe, n))
+        {
+            t.partitions.clear();
+            t.error_code = TOPIC_DENIED;
+        }
+    }
+    resp
+}
 
 /// Kafka's `max.request.partition.size.limit` default: the most partitions
 /// one DescribeTopicPartitions response holds.

@@ -18,15 +18,115 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{produce_response, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{split, TOPIC_DENIED, TXN_ID_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::log_error_code;
-use super::Broker;
+use super::metrics::error_codes;
+use super::{leader_hints, quotas, Broker};
+use crate::access::acl::Operation;
+use crate::access::quota::Direction;
 use crate::catalog::ProducePolicy;
 use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
 use crate::format::records;
 use crate::log::{LogError, Partition};
+
+pub(super) const PRODUCE: Api = api!(ProduceRequest, 3..=12, later_or_silent(handle_produce));
+
+error_codes! {
+    ProduceResponse => |r, f| for t in &r.responses {
+        t.partition_responses.iter().for_each(|p| f(p.error_code));
+    };
+}
+
+/// Produce: WRITE on each topic; then the produce quota.
+fn handle_produce(
+    b: &Arc<Broker>,
+    r: ProduceRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = Option<ProduceResponse>> + Send + 'static {
+    let (r, denied) = authorize_produce(b, cx, r);
+    let throttle = quotas::throttle(
+        b,
+        cx.principal,
+        &cx.client_id(),
+        cx.mute,
+        Direction::Produce,
+        produce_bytes(&r),
+    );
+    let pending = leader_hints::produce(b, produce(b, r, cx.version), cx.version, cx.listener);
+    async move {
+        let mut resp = pending.await?;
+        resp.responses.extend(denied);
+        resp.throttle_time_ms = quotas::millis(throttle);
+        Some(resp)
+    }
+}
+
+fn authorize_produce(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: ProduceRequest,
+) -> (ProduceRequest, Vec<produce_response::TopicProduceResponse>) {
+    use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+    if req
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !b.may_write_transactional_id(cx, id))
+    {
+        // Kafka refuses the whole request: every partition gets the error.
+        let denied = std::mem::take(&mut req.topic_data).into_iter().map(|t| {
+            TopicProduceResponse::default()
+                .with_name(t.name)
+                .with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_base_offset(-1)
+                                .with_error_code(TXN_ID_DENIED)
+                        })
+                        .collect(),
+                )
+        });
+        return (req, denied.collect());
+    }
+    let (ok, denied) = split(std::mem::take(&mut req.topic_data), |t| {
+        b.on_topic(cx, Operation::Write, &t.name)
+    });
+    req.topic_data = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            TopicProduceResponse::default()
+                .with_name(t.name)
+                .with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_base_offset(-1)
+                                .with_error_code(TOPIC_DENIED)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+/// Bytes of record data in a produce request, for the produce quota.
+fn produce_bytes(req: &ProduceRequest) -> u64 {
+    req.topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum()
+}
 
 /// Why a partition's batch was not appended: the error code, its message
 /// and, for record-level problems, the records at fault.

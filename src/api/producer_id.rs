@@ -1,16 +1,60 @@
 //! InitProducerId: idempotent producers here, transactional ones (with a
 //! transactional id) through the transaction coordinator.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use super::authorize::{refusal_or, CLUSTER_DENIED, TXN_ID_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::catalog::Catalog;
 use crate::cluster::ClusterNode;
 use crate::coordinator::txn::ProducerIdSource;
+
+pub(super) const INIT_PRODUCER_ID: Api =
+    api!(InitProducerIdRequest, 0..=5, later(handle_init_producer_id));
+
+error_codes! {
+    InitProducerIdResponse => |r, f| f(r.error_code);
+}
+
+fn handle_init_producer_id(
+    b: &Arc<Broker>,
+    r: InitProducerIdRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = InitProducerIdResponse> + Send + 'static {
+    let refusal = init_producer_id_error(b, cx, &r).map(|code| {
+        InitProducerIdResponse::default()
+            .with_error_code(code)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1)
+    });
+    refusal_or(refusal, || init_producer_id(b.clone(), r, cx.version))
+}
+
+/// InitProducerId: WRITE on the transactional id, or for an idempotent
+/// producer IDEMPOTENT_WRITE on the cluster or WRITE on any topic (KIP-679).
+fn init_producer_id_error(b: &Broker, cx: &Ctx<'_>, req: &InitProducerIdRequest) -> Option<i16> {
+    match &req.transactional_id {
+        Some(id) if !b.may_write_transactional_id(cx, id) => Some(TXN_ID_DENIED),
+        Some(_) => None,
+        None => {
+            let may = b.on_cluster(cx, Operation::IdempotentWrite)
+                || !b.access.authorizer_enabled()
+                || b.catalog
+                    .topics()
+                    .iter()
+                    .any(|t| b.on_topic(cx, Operation::Write, t.name()));
+            (!may).then_some(CLUSTER_DENIED)
+        }
+    }
+}
 
 pub async fn init_producer_id(
     broker: Arc<Broker>,

@@ -2,13 +2,53 @@
 //! `kafka-transactions.sh describe-producers` shows them (Kafka answers from
 //! the same producer state that checks sequences and tracks transactions).
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::authorize::TOPIC_DENIED;
+use super::dispatch::{api, Api, Ctx};
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
+
+pub(super) const DESCRIBE_PRODUCERS: Api = api!(
+    DescribeProducersRequest,
+    0..=0,
+    ready(handle_describe_producers)
+);
+
+error_codes! {
+    DescribeProducersResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
+
+fn handle_describe_producers(
+    b: &Arc<Broker>,
+    r: DescribeProducersRequest,
+    cx: &Ctx<'_>,
+) -> DescribeProducersResponse {
+    let mut resp = describe_producers(b, r);
+    filter_describe_producers(b, cx, &mut resp);
+    resp
+}
+
+/// DescribeProducers: READ on each topic.
+fn filter_describe_producers(b: &Broker, cx: &Ctx<'_>, resp: &mut DescribeProducersResponse) {
+    for t in &mut resp.topics {
+        if !b.on_topic(cx, Operation::Read, &t.name) {
+            for p in &mut t.partitions {
+                p.active_producers.clear();
+                p.error_code = TOPIC_DENIED;
+            }
+        }
+    }
+}
 
 pub fn describe_producers(
     broker: &Broker,

@@ -16,8 +16,30 @@ use kafka_protocol::messages::describe_quorum_response::{
 use kafka_protocol::messages::{BrokerId, DescribeQuorumRequest, DescribeQuorumResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{Resource, CLUSTER_DENIED};
+use super::dispatch::{api, Api};
 use super::metadata::brokers;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
+
+pub(super) const DESCRIBE_QUORUM: Api = api!(
+    DescribeQuorumRequest,
+    0..=2,
+    ready(|b, r, cx| describe_quorum(b, r, cx.version)),
+    acl(Operation::Describe, Resource::Cluster, |_| {
+        DescribeQuorumResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+
+error_codes! {
+    DescribeQuorumResponse => |r, f| {
+        f(r.error_code);
+        for t in &r.topics {
+            t.partitions.iter().for_each(|p| f(p.error_code));
+        }
+    };
+}
 
 const METADATA_TOPIC: &str = "__cluster_metadata";
 

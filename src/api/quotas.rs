@@ -18,11 +18,25 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::CLUSTER_DENIED;
-use super::dispatch::Ctx;
+use super::dispatch::{api, Api, Ctx};
+use super::metrics::error_codes;
 use super::{Broker, Mute};
 use crate::access::acl::Operation;
 use crate::access::quota::{self, Direction, QuotaEntity, QuotaEntry};
 use crate::principal::Principal;
+
+pub(super) const DESCRIBE_CLIENT_QUOTAS: Api = api!(
+    DescribeClientQuotasRequest,
+    0..=1,
+    ready(|b, r, cx| describe_client_quotas(b, r, cx))
+);
+pub(super) const ALTER_CLIENT_QUOTAS: Api =
+    api!(AlterClientQuotasRequest, 0..=1, later(alter_client_quotas));
+
+error_codes! {
+    DescribeClientQuotasResponse => |r, f| f(r.error_code);
+    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
+}
 
 const INVALID_REQUEST: i16 = 42;
 const UNKNOWN_SERVER_ERROR: i16 = -1;

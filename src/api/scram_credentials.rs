@@ -19,9 +19,63 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{Resource, CLUSTER_DENIED};
+use super::dispatch::{api, Api};
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::auth::credentials::Change;
 use crate::auth::scram::{Credential, Mechanism, MAX_ITERATIONS, MIN_ITERATIONS};
+
+// Reached only where the connection does not authenticate (see server::connection).
+pub(super) const SASL_HANDSHAKE: Api = api!(
+    SaslHandshakeRequest,
+    0..=1,
+    ready(|_, _, _| sasl_handshake_out_of_place())
+);
+pub(super) const SASL_AUTHENTICATE: Api = api!(
+    SaslAuthenticateRequest,
+    0..=2,
+    ready(|_, _, _| sasl_authenticate_out_of_place())
+);
+pub(super) const DESCRIBE_USER_SCRAM_CREDENTIALS: Api = api!(
+    DescribeUserScramCredentialsRequest,
+    0..=0,
+    later(|b, r, _| describe(b.clone(), r)),
+    acl(Operation::Describe, Resource::Cluster, |_| {
+        DescribeUserScramCredentialsResponse::default().with_error_code(CLUSTER_DENIED)
+    })
+);
+pub(super) const ALTER_USER_SCRAM_CREDENTIALS: Api = api!(
+    AlterUserScramCredentialsRequest,
+    0..=0,
+    later(|b, r, _| alter(b.clone(), r)),
+    acl(Operation::Alter, Resource::Cluster, alter_denied)
+);
+
+error_codes! {
+    SaslHandshakeResponse => |r, f| f(r.error_code);
+    SaslAuthenticateResponse => |r, f| f(r.error_code);
+    DescribeUserScramCredentialsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|u| f(u.error_code));
+    };
+    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
+}
+
+/// Every user the request names, refused.
+fn alter_denied(r: &AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse {
+    let users = (r.deletions.iter().map(|d| &d.name)).chain(r.upsertions.iter().map(|u| &u.name));
+    AlterUserScramCredentialsResponse::default().with_results(
+        users
+            .map(|n| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(n.clone())
+                    .with_error_code(CLUSTER_DENIED)
+            })
+            .collect(),
+    )
+}
 
 /// SaslHandshake on a connection that does not use SASL, or again after a
 /// completed authentication while re-authentication is not under way:

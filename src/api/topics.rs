@@ -2,6 +2,7 @@
 //! when the broker runs alone; in cluster mode in etcd, from where every
 //! broker's catalog mirrors them.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
@@ -10,19 +11,169 @@ use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::*;
 use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::authorize::{split, TOPIC_DENIED};
 use super::configs::CONFIG_SOURCE_DEFAULT;
 use super::configs::CONFIG_SOURCE_TOPIC;
+use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::metrics::error_codes;
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::catalog::config::TOPIC_CONFIGS;
 use crate::catalog::{CatalogError, TopicConfig};
 use crate::cluster::ClusterError;
+
+pub(super) const CREATE_TOPICS: Api = api!(CreateTopicsRequest, 2..=7, later(handle_create_topics));
+pub(super) const DELETE_TOPICS: Api = api!(DeleteTopicsRequest, 1..=6, later(handle_delete_topics));
+pub(super) const CREATE_PARTITIONS: Api = api!(
+    CreatePartitionsRequest,
+    0..=3,
+    later(handle_create_partitions)
+);
+
+error_codes! {
+    CreateTopicsResponse => |r, f| r.topics.iter().for_each(|t| f(t.error_code));
+    DeleteTopicsResponse => |r, f| r.responses.iter().for_each(|t| f(t.error_code));
+    CreatePartitionsResponse => |r, f| r.results.iter().for_each(|x| f(x.error_code));
+}
+
+fn handle_create_topics(
+    b: &Arc<Broker>,
+    r: CreateTopicsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = CreateTopicsResponse> + Send + 'static {
+    let (r, denied) = authorize_create_topics(b, cx, r);
+    let pending = create_topics(b.clone(), r, cx.version);
+    async move {
+        let mut resp = pending.await;
+        resp.topics.extend(denied);
+        resp
+    }
+}
+
+fn handle_delete_topics(
+    b: &Arc<Broker>,
+    r: DeleteTopicsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = DeleteTopicsResponse> + Send + 'static {
+    let (r, denied) = authorize_delete_topics(b, cx, r);
+    let pending = delete_topics(b.clone(), r, cx.version);
+    async move {
+        let mut resp = pending.await;
+        resp.responses.extend(denied);
+        resp
+    }
+}
+
+fn handle_create_partitions(
+    b: &Arc<Broker>,
+    r: CreatePartitionsRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = CreatePartitionsResponse> + Send + 'static {
+    let (r, denied) = authorize_create_partitions(b, cx, r);
+    let pending = create_partitions(b.clone(), r);
+    async move {
+        let mut resp = pending.await;
+        resp.results.extend(denied);
+        resp
+    }
+}
+
+fn authorize_create_topics(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: CreateTopicsRequest,
+) -> (
+    CreateTopicsRequest,
+    Vec<create_topics_response::CreatableTopicResult>,
+) {
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        b.may_create_topic(cx, &t.name)
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            create_topics_response::CreatableTopicResult::default()
+                .with_name(t.name)
+                .with_error_code(TOPIC_DENIED)
+                .with_error_message(Some(StrBytes::from_static_str("Authorization failed.")))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+        })
+        .collect();
+    (req, denied)
+}
+
+fn authorize_delete_topics(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: DeleteTopicsRequest,
+) -> (
+    DeleteTopicsRequest,
+    Vec<delete_topics_response::DeletableTopicResult>,
+) {
+    use delete_topics_response::DeletableTopicResult;
+    let may = |name: &str| b.on_topic(cx, Operation::Delete, name);
+    let (ok, denied) = split(std::mem::take(&mut req.topic_names), |n| may(n));
+    req.topic_names = ok;
+    let mut out: Vec<DeletableTopicResult> = denied
+        .into_iter()
+        .map(|n| {
+            DeletableTopicResult::default()
+                .with_name(Some(n))
+                .with_error_code(TOPIC_DENIED)
+        })
+        .collect();
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        let name = match &t.name {
+            Some(n) => Some(n.0.to_string()),
+            None => b
+                .catalog
+                .topic_by_id(t.topic_id)
+                .map(|t| t.name().to_string()),
+        };
+        name.is_none_or(|n| may(&n))
+    });
+    req.topics = ok;
+    out.extend(denied.into_iter().map(|t| {
+        DeletableTopicResult::default()
+            .with_name(t.name)
+            .with_topic_id(t.topic_id)
+            .with_error_code(TOPIC_DENIED)
+    }));
+    (req, out)
+}
+
+fn authorize_create_partitions(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: CreatePartitionsRequest,
+) -> (
+    CreatePartitionsRequest,
+    Vec<create_partitions_response::CreatePartitionsTopicResult>,
+) {
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        b.on_topic(cx, Operation::Alter, &t.name)
+    });
+    req.topics = ok;
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            create_partitions_response::CreatePartitionsTopicResult::default()
+                .with_name(t.name)
+                .with_error_code(TOPIC_DENIED)
+        })
+        .collect();
+    (req, denied)
+}
 
 /// A cluster-wide change that failed: the code, and why.
 fn cluster_error(e: ClusterError) -> (i16, String) {

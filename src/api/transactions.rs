@@ -9,6 +9,7 @@
 //! marker.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +30,267 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, watch};
 
+use super::authorize::{
+    refusal_or, split, Resource, CLUSTER_DENIED, GROUP_DENIED, TOPIC_DENIED, TXN_ID_DENIED,
+};
+use super::dispatch::{api, Api, Ctx};
+use super::metrics::error_codes;
 use super::{Broker, Route};
+use crate::access::acl::{Operation, ResourceType};
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::state::{TxnError, TxnState};
 use crate::coordinator::txn::MarkerJob;
 use crate::coordinator::{Committer, OffsetCommit};
+
+pub(super) const ADD_PARTITIONS_TO_TXN: Api = api!(
+    AddPartitionsToTxnRequest,
+    0..=5,
+    later(handle_add_partitions_to_txn)
+);
+pub(super) const ADD_OFFSETS_TO_TXN: Api = api!(
+    AddOffsetsToTxnRequest,
+    0..=4,
+    later(handle_add_offsets_to_txn)
+);
+pub(super) const END_TXN: Api = api!(
+    EndTxnRequest,
+    0..=4,
+    later(|b, r, cx| end_txn(b.clone(), r, cx.version)),
+    acl(
+        Operation::Write,
+        Resource::TransactionalId(|r| &r.transactional_id),
+        |_| { EndTxnResponse::default().with_error_code(TXN_ID_DENIED) }
+    )
+);
+pub(super) const TXN_OFFSET_COMMIT: Api = api!(
+    TxnOffsetCommitRequest,
+    0..=4,
+    later(handle_txn_offset_commit)
+);
+pub(super) const DESCRIBE_TRANSACTIONS: Api = api!(
+    DescribeTransactionsRequest,
+    0..=0,
+    ready(handle_describe_transactions)
+);
+pub(super) const LIST_TRANSACTIONS: Api = api!(
+    ListTransactionsRequest,
+    0..=2,
+    ready(handle_list_transactions)
+);
+
+error_codes! {
+    AddPartitionsToTxnResponse => |r, f| {
+        f(r.error_code);
+        let topics = r.results_by_transaction.iter().flat_map(|t| &t.topic_results);
+        for t in topics.chain(&r.results_by_topic_v3_and_below) {
+            t.results_by_partition.iter().for_each(|p| f(p.partition_error_code));
+        }
+    };
+    AddOffsetsToTxnResponse => |r, f| f(r.error_code);
+    EndTxnResponse => |r, f| f(r.error_code);
+    TxnOffsetCommitResponse => |r, f| for t in &r.topics {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+    DescribeTransactionsResponse => |r, f| r.transaction_states.iter().for_each(|t| f(t.error_code));
+    ListTransactionsResponse => |r, f| f(r.error_code);
+}
+
+fn handle_add_partitions_to_txn(
+    b: &Arc<Broker>,
+    r: AddPartitionsToTxnRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = AddPartitionsToTxnResponse> + Send + 'static {
+    refusal_or(authorize_add_partitions_to_txn(b, cx, &r), || {
+        add_partitions_to_txn(b.clone(), r, cx.version)
+    })
+}
+
+fn handle_add_offsets_to_txn(
+    b: &Arc<Broker>,
+    r: AddOffsetsToTxnRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = AddOffsetsToTxnResponse> + Send + 'static {
+    refusal_or(authorize_add_offsets_to_txn(b, cx, &r), || {
+        add_offsets_to_txn(b.clone(), r, cx.version)
+    })
+}
+
+fn handle_txn_offset_commit(
+    b: &Arc<Broker>,
+    r: TxnOffsetCommitRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = TxnOffsetCommitResponse> + Send + 'static {
+    let (r, denied) = authorize_txn_offset_commit(b, cx, r);
+    let pending = txn_offset_commit(b.clone(), r, cx.version);
+    async move {
+        let mut resp = pending.await;
+        resp.topics.extend(denied);
+        resp
+    }
+}
+
+fn handle_describe_transactions(
+    b: &Arc<Broker>,
+    r: DescribeTransactionsRequest,
+    cx: &Ctx<'_>,
+) -> DescribeTransactionsResponse {
+    let mut resp = describe_transactions(b, r);
+    filter_describe_transactions(b, cx, &mut resp);
+    resp
+}
+
+fn handle_list_transactions(
+    b: &Arc<Broker>,
+    r: ListTransactionsRequest,
+    cx: &Ctx<'_>,
+) -> ListTransactionsResponse {
+    let mut resp = list_transactions(b, r, cx.version);
+    filter_list_transactions(b, cx, &mut resp);
+    resp
+}
+
+/// AddPartitionsToTxn. v0–v3 (a producer): WRITE on the transactional id and
+/// on every topic; any refusal refuses the request whole, the refused
+/// partitions with their error and the others with OPERATION_NOT_ATTEMPTED,
+/// as Kafka does. v4+ (brokers, batched): CLUSTER_ACTION on the cluster.
+fn authorize_add_partitions_to_txn(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    req: &AddPartitionsToTxnRequest,
+) -> Option<AddPartitionsToTxnResponse> {
+    use add_partitions_to_txn_response::{
+        AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    };
+    if cx.version >= 4 {
+        return (!b.on_cluster(cx, Operation::ClusterAction))
+            .then(|| AddPartitionsToTxnResponse::default().with_error_code(CLUSTER_DENIED));
+    }
+    let id_ok = b.may_write_transactional_id(cx, &req.v3_and_below_transactional_id);
+    let topic_ok = |name: &str| id_ok && b.on_topic(cx, Operation::Write, name);
+    if req.v3_and_below_topics.iter().all(|t| topic_ok(&t.name)) {
+        return None;
+    }
+    let not_attempted = ResponseError::OperationNotAttempted.code();
+    let results = req
+        .v3_and_below_topics
+        .iter()
+        .map(|t| {
+            let code = match (id_ok, topic_ok(&t.name)) {
+                (false, _) => TXN_ID_DENIED,
+                (true, false) => TOPIC_DENIED,
+                (true, true) => not_attempted,
+            };
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_partition_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    Some(AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results))
+}
+
+/// AddOffsetsToTxn: WRITE on the transactional id, READ on the group.
+fn authorize_add_offsets_to_txn(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    req: &AddOffsetsToTxnRequest,
+) -> Option<AddOffsetsToTxnResponse> {
+    let code = if !b.may_write_transactional_id(cx, &req.transactional_id) {
+        TXN_ID_DENIED
+    } else if !b.on_group(cx, Operation::Read, &req.group_id) {
+        GROUP_DENIED
+    } else {
+        return None;
+    };
+    Some(AddOffsetsToTxnResponse::default().with_error_code(code))
+}
+
+/// TxnOffsetCommit: WRITE on the transactional id (when given) and READ on
+/// the group, else every partition is refused with that error; then READ on
+/// each topic, the refused topics answered here and the rest committed.
+fn authorize_txn_offset_commit(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    mut req: TxnOffsetCommitRequest,
+) -> (
+    TxnOffsetCommitRequest,
+    Vec<txn_offset_commit_response::TxnOffsetCommitResponseTopic>,
+) {
+    use txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    let whole = if !req.transactional_id.is_empty()
+        && !b.may_write_transactional_id(cx, &req.transactional_id)
+    {
+        Some(TXN_ID_DENIED)
+    } else if !b.on_group(cx, Operation::Read, &req.group_id) {
+        Some(GROUP_DENIED)
+    } else {
+        None
+    };
+    let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
+        whole.is_none() && b.on_topic(cx, Operation::Read, &t.name)
+    });
+    req.topics = ok;
+    let code = whole.unwrap_or(TOPIC_DENIED);
+    let denied = denied
+        .into_iter()
+        .map(|t| {
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            TxnOffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    (req, denied)
+}
+
+/// DescribeTransactions: DESCRIBE on each transactional id.
+fn filter_describe_transactions(b: &Broker, cx: &Ctx<'_>, resp: &mut DescribeTransactionsResponse) {
+    for s in &mut resp.transaction_states {
+        if !b.allowed(
+            cx,
+            Operation::Describe,
+            ResourceType::TransactionalId,
+            &s.transactional_id,
+        ) {
+            *s = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(s.transactional_id.clone())
+                .with_error_code(TXN_ID_DENIED)
+                .with_producer_id((-1).into())
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1);
+        }
+    }
+}
+
+/// ListTransactions: only the ids the principal may DESCRIBE.
+fn filter_list_transactions(b: &Broker, cx: &Ctx<'_>, resp: &mut ListTransactionsResponse) {
+    resp.transaction_states.retain(|s| {
+        b.allowed(
+            cx,
+            Operation::Describe,
+            ResourceType::TransactionalId,
+            &s.transactional_id,
+        )
+    });
+}
 
 /// Kafka's code for a coordinator error. Before KIP-588 (InitProducerId v4,
 /// AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2) a fenced producer is

@@ -12,20 +12,91 @@
 //! TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the
 //! last marker's.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
+use kafka_protocol::messages::*;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
+use super::authorize::{refusal_or, CLUSTER_DENIED};
+use super::dispatch::{api, Api, Ctx};
 use super::error::log_error_code;
+use super::metrics::error_codes;
 use super::produce::{acks_all_waits, durable_timeout, wait_durable};
 use super::Broker;
+use crate::access::acl::Operation;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::format::control::EndTxnMarker;
 use crate::log::Partition;
+
+pub(super) const WRITE_TXN_MARKERS: Api = api!(
+    WriteTxnMarkersRequest,
+    1..=1,
+    later(handle_write_txn_markers)
+);
+
+error_codes! {
+    WriteTxnMarkersResponse => |r, f| for t in r.markers.iter().flat_map(|m| &m.topics) {
+        t.partitions.iter().for_each(|p| f(p.error_code));
+    };
+}
+
+fn handle_write_txn_markers(
+    b: &Arc<Broker>,
+    r: WriteTxnMarkersRequest,
+    cx: &Ctx<'_>,
+) -> impl Future<Output = WriteTxnMarkersResponse> + Send + 'static {
+    refusal_or(authorize_write_txn_markers(b, cx, &r), || {
+        write_txn_markers(b.clone(), r)
+    })
+}
+
+/// WriteTxnMarkers (sent by transaction coordinators): CLUSTER_ACTION on the
+/// cluster, else every partition is refused.
+fn authorize_write_txn_markers(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    req: &WriteTxnMarkersRequest,
+) -> Option<WriteTxnMarkersResponse> {
+    use write_txn_markers_response::{
+        WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+    };
+    if b.on_cluster(cx, Operation::ClusterAction) {
+        return None;
+    }
+    let markers = req
+        .markers
+        .iter()
+        .map(|m| {
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(
+                    m.topics
+                        .iter()
+                        .map(|t| {
+                            WritableTxnMarkerTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|p| {
+                                            WritableTxnMarkerPartitionResult::default()
+                                                .with_partition_index(*p)
+                                                .with_error_code(CLUSTER_DENIED)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    Some(WriteTxnMarkersResponse::default().with_markers(markers))
+}
 
 /// How long a marker may wait for the write-ahead log (Kafka writes markers
 /// with `request.timeout.ms`, 30 s by default).

@@ -4,8 +4,17 @@
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::ApiVersionsResponse;
+use kafka_protocol::messages::*;
 
 use super::dispatch::APIS;
+use super::dispatch::{api, Api};
+use super::metrics::error_codes;
+
+pub(super) const API_VERSIONS: Api = api!(ApiVersionsRequest, 0..=4, ready(|_, _, _| response()));
+
+error_codes! {
+    ApiVersionsResponse => |r, f| f(r.error_code);
+}
 
 fn api_list() -> Vec<ApiVersion> {
     APIS.iter()
