@@ -91,7 +91,7 @@ impl Health {
     }
 
     /// Why the broker is not ready, as far as it knows without the store.
-    fn not_ready(&self) -> Option<String> {
+    pub(super) fn not_ready(&self) -> Option<String> {
         match &*self.stage.read() {
             Stage::Serving { lease, .. } => {
                 if lease

@@ -57,8 +57,13 @@ impl Jobs {
         let mut stop = self.stop.clone();
         loop {
             tokio::select! {
+                biased;
                 _ = stop.wait_for(|s| *s) => break,
                 Some(ended) = self.set.join_next() => {
+                    if *self.stop.borrow() {
+                        // It ended because the broker is stopping.
+                        break;
+                    }
                     let name = ended.unwrap_or("unknown");
                     tracing::error!(job = name, "a background job ended while the broker was serving");
                     if let Some(h) = &health {
@@ -75,5 +80,35 @@ impl Jobs {
             );
             self.set.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_job_that_ends_while_serving_fails_readiness_and_one_ending_at_stop_does_not() {
+        let health = Health::new(Arc::new(object_store::memory::InMemory::new()));
+        health.serving(Default::default(), None);
+        let (stop, stopped) = watch::channel(false);
+        let mut jobs = Jobs::new(stopped);
+        jobs.spawn("quitter", async {});
+        let mut rx = jobs.stop();
+        jobs.spawn("follower", async move {
+            let _ = rx.wait_for(|s| *s).await;
+        });
+        let supervising = tokio::spawn(jobs.supervise(Some(health.clone())));
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while health.not_ready().is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the dead job is reported");
+        stop.send_replace(true);
+        supervising.await.unwrap();
+        let why = health.not_ready().unwrap();
+        assert_eq!(why, "background jobs ended: quitter");
     }
 }
