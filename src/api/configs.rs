@@ -100,6 +100,30 @@ fn config_resource_allowed(
     }
 }
 
+/// Keeps the resources `op` is allowed on and turns each refused one into
+/// its answer, `refuse(resource, code)`.
+fn retain_allowed<R, D>(
+    b: &Broker,
+    cx: &Ctx<'_>,
+    resources: &mut Vec<R>,
+    op: Operation,
+    key: impl Fn(&R) -> (i8, &StrBytes),
+    refuse: impl Fn(&R, i16) -> D,
+) -> Vec<D> {
+    let mut denied = Vec::new();
+    resources.retain(|r| {
+        let (kind, name) = key(r);
+        match config_resource_allowed(b, cx, kind, name, op) {
+            Ok(()) => true,
+            Err(code) => {
+                denied.push(refuse(r, code));
+                false
+            }
+        }
+    });
+    denied
+}
+
 fn authorize_describe_configs(
     b: &Broker,
     cx: &Ctx<'_>,
@@ -108,27 +132,19 @@ fn authorize_describe_configs(
     DescribeConfigsRequest,
     Vec<describe_configs_response::DescribeConfigsResult>,
 ) {
-    let mut denied = Vec::new();
-    req.resources.retain(|r| {
-        match config_resource_allowed(
-            b,
-            cx,
-            r.resource_type,
-            &r.resource_name,
-            Operation::DescribeConfigs,
-        ) {
-            Ok(()) => true,
-            Err(code) => {
-                denied.push(
-                    describe_configs_response::DescribeConfigsResult::default()
-                        .with_error_code(code)
-                        .with_resource_type(r.resource_type)
-                        .with_resource_name(r.resource_name.clone()),
-                );
-                false
-            }
-        }
-    });
+    let denied = retain_allowed(
+        b,
+        cx,
+        &mut req.resources,
+        Operation::DescribeConfigs,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            describe_configs_response::DescribeConfigsResult::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        },
+    );
     (req, denied)
 }
 
@@ -140,27 +156,19 @@ fn authorize_alter_configs(
     AlterConfigsRequest,
     Vec<alter_configs_response::AlterConfigsResourceResponse>,
 ) {
-    let mut denied = Vec::new();
-    req.resources.retain(|r| {
-        match config_resource_allowed(
-            b,
-            cx,
-            r.resource_type,
-            &r.resource_name,
-            Operation::AlterConfigs,
-        ) {
-            Ok(()) => true,
-            Err(code) => {
-                denied.push(
-                    alter_configs_response::AlterConfigsResourceResponse::default()
-                        .with_error_code(code)
-                        .with_resource_type(r.resource_type)
-                        .with_resource_name(r.resource_name.clone()),
-                );
-                false
-            }
-        }
-    });
+    let denied = retain_allowed(
+        b,
+        cx,
+        &mut req.resources,
+        Operation::AlterConfigs,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        },
+    );
     (req, denied)
 }
 
@@ -172,27 +180,19 @@ fn authorize_incremental_alter_configs(
     IncrementalAlterConfigsRequest,
     Vec<incremental_alter_configs_response::AlterConfigsResourceResponse>,
 ) {
-    let mut denied = Vec::new();
-    req.resources.retain(|r| {
-        match config_resource_allowed(
-            b,
-            cx,
-            r.resource_type,
-            &r.resource_name,
-            Operation::AlterConfigs,
-        ) {
-            Ok(()) => true,
-            Err(code) => {
-                denied.push(
-                    incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                        .with_error_code(code)
-                        .with_resource_type(r.resource_type)
-                        .with_resource_name(r.resource_name.clone()),
-                );
-                false
-            }
-        }
-    });
+    let denied = retain_allowed(
+        b,
+        cx,
+        &mut req.resources,
+        Operation::AlterConfigs,
+        |r| (r.resource_type, &r.resource_name),
+        |r, code| {
+            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        },
+    );
     (req, denied)
 }
 

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{produce_response, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::{split, TOPIC_DENIED, TXN_ID_DENIED};
@@ -69,29 +70,31 @@ fn authorize_produce(
     b: &Broker,
     cx: &Ctx<'_>,
     mut req: ProduceRequest,
-) -> (ProduceRequest, Vec<produce_response::TopicProduceResponse>) {
-    use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+) -> (ProduceRequest, Vec<TopicProduceResponse>) {
+    // Every partition of a refused topic gets `code`.
+    let refuse = |t: TopicProduceData, code: i16| {
+        TopicProduceResponse::default()
+            .with_name(t.name)
+            .with_partition_responses(
+                t.partition_data
+                    .iter()
+                    .map(|p| {
+                        PartitionProduceResponse::default()
+                            .with_index(p.index)
+                            .with_base_offset(-1)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+    };
     if req
         .transactional_id
         .as_ref()
         .is_some_and(|id| !b.may_write_transactional_id(cx, id))
     {
         // Kafka refuses the whole request: every partition gets the error.
-        let denied = std::mem::take(&mut req.topic_data).into_iter().map(|t| {
-            TopicProduceResponse::default()
-                .with_name(t.name)
-                .with_partition_responses(
-                    t.partition_data
-                        .iter()
-                        .map(|p| {
-                            PartitionProduceResponse::default()
-                                .with_index(p.index)
-                                .with_base_offset(-1)
-                                .with_error_code(TXN_ID_DENIED)
-                        })
-                        .collect(),
-                )
-        });
+        let topics = std::mem::take(&mut req.topic_data);
+        let denied = topics.into_iter().map(|t| refuse(t, TXN_ID_DENIED));
         return (req, denied.collect());
     }
     let (ok, denied) = split(std::mem::take(&mut req.topic_data), |t| {
@@ -100,21 +103,7 @@ fn authorize_produce(
     req.topic_data = ok;
     let denied = denied
         .into_iter()
-        .map(|t| {
-            TopicProduceResponse::default()
-                .with_name(t.name)
-                .with_partition_responses(
-                    t.partition_data
-                        .iter()
-                        .map(|p| {
-                            PartitionProduceResponse::default()
-                                .with_index(p.index)
-                                .with_base_offset(-1)
-                                .with_error_code(TOPIC_DENIED)
-                        })
-                        .collect(),
-                )
-        })
+        .map(|t| refuse(t, TOPIC_DENIED))
         .collect();
     (req, denied)
 }
