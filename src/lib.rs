@@ -31,9 +31,9 @@
 // read the real ones (timeouts, scratch names), as may tests/ and examples/.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
-pub mod access;
+pub(crate) mod access;
 pub(crate) mod api;
-pub mod auth;
+pub(crate) mod auth;
 pub mod catalog;
 pub mod clock;
 pub mod cluster;
@@ -42,8 +42,8 @@ pub(crate) mod coordinator;
 pub mod format;
 pub mod log;
 pub mod manifest;
-pub mod metrics;
-pub mod principal;
+pub(crate) mod metrics;
+pub(crate) mod principal;
 pub mod server;
 pub mod tier;
 pub mod wal;

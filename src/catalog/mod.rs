@@ -20,7 +20,9 @@ use uuid::Uuid;
 
 use crate::clock::{self, SharedClock, SharedRandom};
 use crate::log::index::write_synced;
-use crate::log::{AppendConfig, HeadSink, LogError, Partition, PartitionSettings, Visibility};
+use crate::log::{
+    AppendConfig, HeadSink, LogError, Partition, PartitionSettings, RemoteLog, Visibility,
+};
 use crate::metrics::Timer;
 pub use config::{ProducePolicy, TopicConfig, TopicSettings};
 use producer_ids::ProducerIdAllocator;
@@ -212,6 +214,8 @@ impl Topic {
                 visibility: self.settings.visibility,
                 sync_timer: Some(self.sync_timer.clone()),
                 head_sink: self.settings.head_sinks.as_ref().map(|f| f(self.id, index)),
+                remote: (self.settings.remote_parts.as_ref())
+                    .map(|f| f(&self.name, self.id, index)),
                 backpressure: match self.is_internal() {
                     true => None,
                     false => self.settings.backpressure.clone(),
@@ -298,6 +302,9 @@ pub struct CatalogSettings {
     /// Cluster mode: what makes each partition's appends durable (its
     /// part of the write-ahead log), by topic id and partition index.
     pub head_sinks: Option<HeadSinks>,
+    /// Where each partition's log continues in the object store (the
+    /// tier's `Remotes`), by topic name, topic id and partition index.
+    pub remote_parts: Option<RemoteParts>,
     /// The broker-wide flag that refuses appends to user topics while
     /// uploads lag. Internal topics are exempt: consumers and transactions
     /// stall without their small writes.
@@ -306,6 +313,9 @@ pub struct CatalogSettings {
 
 /// The head sink of a partition, by topic id and index.
 pub type HeadSinks = Arc<dyn Fn(Uuid, i32) -> Arc<dyn HeadSink> + Send + Sync>;
+
+/// The remote part of a partition's log, by topic name, id and index.
+pub type RemoteParts = Arc<dyn Fn(&str, Uuid, i32) -> Arc<dyn RemoteLog> + Send + Sync>;
 
 pub struct Catalog {
     root: PathBuf,

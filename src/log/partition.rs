@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -104,6 +104,8 @@ pub struct PartitionSettings {
     pub sync_timer: Option<Timer>,
     /// Makes appends durable instead of fsync (cluster mode: the write-ahead log).
     pub head_sink: Option<Arc<dyn HeadSink>>,
+    /// The part of the log in the object store, below the local segments.
+    pub remote: Option<Arc<dyn RemoteLog>>,
     /// The broker-wide flag that refuses appends while uploads lag; `None`:
     /// never refused (internal topics, whose writes are small and urgent).
     pub backpressure: Option<Arc<AtomicBool>>,
@@ -118,6 +120,7 @@ impl Default for PartitionSettings {
             visibility: Visibility::default(),
             sync_timer: None,
             head_sink: None,
+            remote: None,
             backpressure: None,
             clock: clock::system(),
         }
@@ -141,7 +144,7 @@ pub struct Partition {
     visibility: Visibility,
     sync_lock: tokio::sync::Mutex<()>,
     /// Offsets below the first local segment, once the tier attached it.
-    remote: OnceLock<Arc<dyn RemoteLog>>,
+    remote: Option<Arc<dyn RemoteLog>>,
     /// Set by the tier while too many sealed bytes wait for upload.
     backpressure: Option<Arc<AtomicBool>>,
     /// Makes appends durable instead of fsync (cluster mode).
@@ -314,7 +317,7 @@ impl Partition {
             durable: Arc::new(watch::Sender::new(end)),
             visibility: settings.visibility,
             sync_lock: tokio::sync::Mutex::new(()),
-            remote: OnceLock::new(),
+            remote: settings.remote,
             backpressure: settings.backpressure,
             head_sink: settings.head_sink,
             leader_epoch: AtomicI32::new(0),
@@ -964,9 +967,9 @@ impl Partition {
 
 // ---- Tiering hooks: the only parts of the log that know a remote part exists.
 impl Partition {
-    /// Attaches the remote part of the log (once; later calls are ignored).
-    pub fn attach_remote(&self, remote: Arc<dyn RemoteLog>) {
-        let _ = self.remote.set(remote);
+    /// Whether the log has a part in the object store.
+    pub fn has_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// Whether appends are made durable by a head sink.
@@ -990,7 +993,7 @@ impl Partition {
         offset < first_local
             && self
                 .remote
-                .get()
+                .as_ref()
                 .and_then(|r| r.end_offset())
                 .is_some_and(|end| offset < end)
     }
@@ -1040,7 +1043,7 @@ impl Partition {
                     Upto::LogEnd => end,
                 };
                 let lso = st.last_stable_offset(hw);
-                Some((self.remote.get().cloned(), limit, hw, start, lso))
+                Some((self.remote.as_ref().cloned(), limit, hw, start, lso))
             }
         };
         match remote {
@@ -1096,7 +1099,7 @@ impl Partition {
         let mut out = Vec::new();
         let complete = self
             .remote
-            .get()
+            .as_ref()
             .is_some_and(|r| r.aborted_txns(from, upper, &mut out));
         if !complete {
             let st = self.state.lock();
@@ -1119,7 +1122,7 @@ impl Partition {
         &self,
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>, LogError> {
-        if let Some(remote) = self.remote.get() {
+        if let Some(remote) = self.remote.as_ref() {
             let start = self.log_start_offset();
             if let Some(found) = remote.offset_for_timestamp(timestamp, start).await? {
                 return Ok(Some(found));
@@ -1131,7 +1134,7 @@ impl Partition {
     /// `max_timestamp` over the remote part and the local segments; on a tie
     /// the lower (remote) offset wins, as the first record with it.
     pub async fn find_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
-        let remote = match self.remote.get() {
+        let remote = match self.remote.as_ref() {
             Some(r) => r.max_timestamp(self.log_start_offset()).await?,
             None => None,
         };
@@ -1154,7 +1157,7 @@ impl Partition {
     /// Deletes the local files of the sealed segment at `base_offset` once the
     /// remote part covers it: local disk keeps only the head and a cache.
     pub fn release_local(&self, base_offset: i64) -> Result<bool, LogError> {
-        let remote_end = self.remote.get().and_then(|r| r.end_offset());
+        let remote_end = self.remote.as_ref().and_then(|r| r.end_offset());
         let mut st = self.state.lock();
         let active_base = st.active().base_offset();
         let Some(seg) = st.segments.get(&base_offset) else {
@@ -1174,12 +1177,12 @@ impl Partition {
 
     /// One past the last offset held in the object store, if any is.
     pub fn tiered_end_offset(&self) -> Option<i64> {
-        self.remote.get().and_then(|r| r.end_offset())
+        self.remote.as_ref().and_then(|r| r.end_offset())
     }
 
     /// Bytes of this partition held in the object store.
     pub fn tiered_bytes(&self) -> u64 {
-        self.remote.get().map_or(0, |r| r.size_bytes())
+        self.remote.as_ref().map_or(0, |r| r.size_bytes())
     }
 
     /// The first offset still on local disk (Kafka's local log start offset).

@@ -22,7 +22,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::access::Access;
-use crate::api::metrics::RequestMetrics;
 use crate::api::Broker;
 use crate::auth::{
     self,
@@ -40,8 +39,8 @@ use crate::tier::Tier;
 use config::{BrokerConfig, SaslLogin};
 use jobs::Jobs;
 use phases::{
-    accept, bind_listeners, build_api, join_cluster, open_state, open_store, restore, serve_health,
-    spawn_jobs,
+    accept, bind_listeners, build_api, join_cluster, open_state, open_store, report_serving,
+    restore, serve_health, spawn_jobs,
 };
 
 pub struct Server {
@@ -89,14 +88,7 @@ impl Server {
         let listeners = bind_listeners(&config).await?;
         let joined = join_cluster(&config, &store, &listeners, &data_dir).await?;
         let state = open_state(&config, store, joined.as_ref(), &listeners, clock, random).await?;
-        let metrics = health.as_ref().map(|_| Arc::new(RequestMetrics::new()));
-        let broker = build_api(
-            &config,
-            &state,
-            &listeners,
-            joined.as_ref(),
-            metrics.clone(),
-        );
+        let broker = build_api(&config, &state, &listeners, joined.as_ref());
         let (fatal, _) = watch::channel(None);
         let merges = spawn_jobs(
             &config,
@@ -109,16 +101,15 @@ impl Server {
             &mut jobs,
         );
         let (local_addr, listener_addrs) = accept(listeners, &broker, &config, &mut jobs);
-        if let (Some(health), Some(requests)) = (&health, metrics) {
-            let scraped = metrics::Scraped {
-                broker: broker.clone(),
-                tier: state.tier.clone(),
-                scheduler: state.scheduler.clone(),
-                store: store_requests.clone(),
+        if let Some(health) = &health {
+            report_serving(
+                health,
+                &broker,
+                &state,
+                &store_requests,
                 merges,
-            };
-            let lease = joined.as_ref().map(|j| j.node.member().subscribe());
-            health.serving(metrics::registry(&requests, scraped), lease);
+                joined.as_ref(),
+            );
         }
         tracing::info!(%local_addr, data_dir = %config.data_dir.display(), fsync = ?config.fsync, "strata broker listening");
         Ok(Server {

@@ -45,7 +45,7 @@ use crate::coordinator::GroupCoordinator;
 use crate::log::Visibility;
 use crate::manifest::counted::{Counted, RequestCounts};
 use crate::manifest::store::{default_url, open_configured};
-use crate::tier::{self, Tier, TierSettings};
+use crate::tier::{self, Remotes, Tier, TierSettings};
 
 /// A compaction job not done after this long is queued again.
 const REQUEUE_AFTER: Duration = Duration::from_secs(300);
@@ -242,6 +242,26 @@ pub(super) async fn open_state(
     // Consumers see only what is durable wherever durability is promised.
     let durable = (config.fsync == FsyncPolicy::Always && !config.null_sink) || joined.is_some();
     let backpressure = Arc::new(AtomicBool::new(false));
+    // Cluster mode: uploads, retention, orphan scans, merges and the
+    // coordinators only for what this broker serves.
+    let node = joined.map(|j| j.node.clone());
+    let serves: Option<tier::Scope> = node.clone().map(|node| {
+        let s: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
+        s
+    });
+    let tier_settings = TierSettings {
+        node_id: config.node_id,
+        cache_bytes: config.cache_bytes,
+        max_pending_upload_bytes: config.max_pending_upload_bytes,
+        backpressure: backpressure.clone(),
+        interval: Duration::from_millis(config.tier_interval_ms),
+        orphan_min_age: Duration::from_millis(config.orphan_min_age_ms),
+        orphan_scan_interval: Duration::from_millis(config.orphan_scan_interval_ms),
+        scope: serves.clone(),
+        max_head_age: joined.map(|_| Duration::from_millis(config.wal_max_age_ms)),
+    };
+    // Every partition the catalog opens continues in the store.
+    let remotes = Remotes::new(store.clone(), &tier_settings, &clock);
     let catalog_settings = CatalogSettings {
         visibility: if durable {
             Visibility::Durable
@@ -255,7 +275,8 @@ pub(super) async fn open_state(
                 Arc::new(move |topic, index| Arc::new(wal.partition(topic, index)));
             sinks
         }),
-        backpressure: Some(backpressure.clone()),
+        remote_parts: Some(remotes.parts()),
+        backpressure: Some(backpressure),
     };
     let data_dir = config.data_dir.clone();
     let catalog = {
@@ -276,25 +297,18 @@ pub(super) async fn open_state(
         ];
         cluster::adopt_topics(&j.node, &catalog, &internal).await?;
     }
-    // Cluster mode: uploads, retention, orphan scans, merges and the
-    // coordinators only for what this broker serves.
-    let node = joined.map(|j| j.node.clone());
-    let serves: Option<tier::Scope> = node.clone().map(|node| {
-        let s: tier::Scope = Arc::new(move |t, p| node.serving(t, p).is_some());
-        s
-    });
     let scheduler_settings = SchedulerSettings {
         delete_delay_ms: config.compaction_delete_delay_ms,
         max_run_ms: config.orphan_min_age_ms / 2,
         requeue_after: REQUEUE_AFTER,
-        scope: serves.clone(),
+        scope: serves,
     };
     let (offsets, txn_store, scheduler) = {
         let (coordinator_config, txn_config) = (coordinator_config.clone(), txn_config.clone());
         let (clock, catalog) = (clock.clone(), catalog.clone());
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            // Before the tier opens, so that a first start's new offsets,
-            // transaction and jobs topics get their remote parts with every other partition.
+            // Before the tier opens, so that it loads the manifests of a
+            // first start's new offsets, transaction and jobs topics with the rest.
             let offsets = OffsetsStore::open(&catalog, &coordinator_config, clock.clone())?;
             let txn_store = TxnStore::open(
                 &catalog,
@@ -315,18 +329,7 @@ pub(super) async fn open_state(
         None => Box::new(crate::access::StoreBackend::new(store.clone())),
     };
     let access = Arc::new(Access::open(config.access(), access_backend).await?);
-    let tier_settings = TierSettings {
-        node_id: config.node_id,
-        cache_bytes: config.cache_bytes,
-        max_pending_upload_bytes: config.max_pending_upload_bytes,
-        backpressure,
-        interval: Duration::from_millis(config.tier_interval_ms),
-        orphan_min_age: Duration::from_millis(config.orphan_min_age_ms),
-        orphan_scan_interval: Duration::from_millis(config.orphan_scan_interval_ms),
-        scope: serves,
-        max_head_age: joined.map(|_| Duration::from_millis(config.wal_max_age_ms)),
-    };
-    let tier = Tier::open(store, catalog.clone(), tier_settings, clock.clone()).await?;
+    let tier = Tier::open(remotes, catalog.clone(), tier_settings, clock.clone()).await?;
     // Whether this broker serves partition 0 of an internal topic now.
     let leads = |topic: &str| {
         let id = catalog.topic(topic)?.id();
@@ -375,7 +378,6 @@ pub(super) fn build_api(
     state: &State,
     listeners: &Bound,
     joined: Option<&Joined>,
-    metrics: Option<Arc<RequestMetrics>>,
 ) -> Arc<Broker> {
     let settings = ApiSettings {
         node_id: config.node_id,
@@ -398,7 +400,10 @@ pub(super) fn build_api(
         clock: state.clock.clone(),
         cluster: joined.map(|j| j.node.clone()),
         access: state.access.clone(),
-        metrics,
+        // Kept only where they are served.
+        metrics: config
+            .metrics_listen
+            .map(|_| Arc::new(RequestMetrics::new())),
     };
     let inter = &listeners.inter;
     Arc::new(Broker::new(
@@ -607,4 +612,27 @@ fn worker_security(config: &BrokerConfig, inter: &InterBrokerSide) -> Vec<(Strin
         }
     }
     out
+}
+
+/// Turns `/readyz` to serving and `/metrics` on, for this run's broker and jobs.
+pub(super) fn report_serving(
+    health: &http::Health,
+    broker: &Arc<Broker>,
+    state: &State,
+    store: &Arc<RequestCounts>,
+    merges: Arc<MergeTotals>,
+    joined: Option<&Joined>,
+) {
+    let Some(requests) = &broker.metrics else {
+        return;
+    };
+    let scraped = super::metrics::Scraped {
+        broker: broker.clone(),
+        tier: state.tier.clone(),
+        scheduler: state.scheduler.clone(),
+        store: store.clone(),
+        merges,
+    };
+    let lease = joined.map(|j| j.node.member().subscribe());
+    health.serving(super::metrics::registry(requests, scraped), lease);
 }

@@ -36,6 +36,7 @@ use crate::clock::SharedClock;
 use crate::manifest::{Manifest, ManifestError};
 use cache::BlockCache;
 use orphans::OrphanScan;
+pub use partitions::Remotes;
 use partitions::TieredPartitions;
 pub use partitions::{Scope, TierStats};
 use remote::TieredPartition;
@@ -137,18 +138,16 @@ pub struct Tier {
 impl Tier {
     /// Attaches every partition to its manifest (so reads of tiered offsets
     /// work before the first client connects).
+    /// `catalog` must have been opened with `remotes.parts()`.
     pub async fn open(
-        store: Arc<dyn ObjectStore>,
+        remotes: Arc<Remotes>,
         catalog: Arc<Catalog>,
         settings: TierSettings,
         clock: SharedClock,
     ) -> Result<Arc<Tier>, TierError> {
-        let cache = BlockCache::new(store.clone(), settings.cache_bytes);
         let partitions = Arc::new(TieredPartitions::new(
-            store.clone(),
-            catalog.clone(),
-            cache,
-            settings.node_id,
+            remotes,
+            catalog,
             settings.scope,
             clock,
         ));
@@ -267,6 +266,27 @@ impl Tier {
     }
 }
 
+/// A catalog in `dir` whose partitions continue in `store`, and its tier,
+/// both with the defaults of node 1.
+#[cfg(test)]
+pub(crate) async fn open_with_catalog(
+    store: Arc<dyn ObjectStore>,
+    dir: &std::path::Path,
+    clock: SharedClock,
+) -> (Arc<Catalog>, Arc<Tier>) {
+    let settings = TierSettings::new(1);
+    let remotes = Remotes::new(store, &settings, &clock);
+    let catalog_settings = crate::catalog::CatalogSettings {
+        remote_parts: Some(remotes.parts()),
+        ..Default::default()
+    };
+    let catalog = Arc::new(Catalog::open(dir, catalog_settings).unwrap());
+    let tier = Tier::open(remotes, catalog.clone(), settings, clock)
+        .await
+        .unwrap();
+    (catalog, tier)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,7 +301,9 @@ mod tests {
     async fn segments_leave_manifest_and_store_once_the_clock_passes_retention() {
         const START: i64 = 1_700_000_000_000;
         let dir = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(dir.path(), Default::default()).unwrap());
+        let clock = ManualClock::new(START);
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let (catalog, tier) = open_with_catalog(store.clone(), dir.path(), clock.clone()).await;
         let topic = catalog
             .create_topic(
                 "t",
@@ -292,11 +314,6 @@ mod tests {
                     ("segment.bytes", Some("1024")),
                 ],
             )
-            .unwrap();
-        let clock = ManualClock::new(START);
-        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let tier = Tier::open(store.clone(), catalog, TierSettings::new(1), clock.clone())
-            .await
             .unwrap();
         let partition = topic.partition(0).unwrap();
         for i in 0..20 {

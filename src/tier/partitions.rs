@@ -1,8 +1,13 @@
 //! The partitions this broker tiers, each attached to its manifest, and what
 //! every tier job shares: the store, the cache, this run's writer epoch.
+//!
+//! A partition's remote part is made with the partition: the catalog asks
+//! [`Remotes`] for it when it opens the partition, so the log never has one
+//! set later. It starts with an empty manifest, which reads like no remote
+//! part at all, and the tier loads the real manifest when it attaches it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +20,9 @@ use uuid::Uuid;
 use super::cache::BlockCache;
 use super::remote::TieredPartition;
 use super::TierError;
-use crate::catalog::{Catalog, Topic};
+use crate::catalog::{Catalog, RemoteParts, Topic};
 use crate::clock::SharedClock;
-use crate::log::Partition;
+use crate::log::{Partition, RemoteLog};
 use crate::manifest::{manifest_dir, partition_prefix, Manifest, ManifestStore, WriterEpoch};
 
 #[derive(Debug, Default)]
@@ -36,46 +41,109 @@ pub struct TierStats {
 /// Whether this broker tends a partition (topic id, index).
 pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
 
+/// The remote parts of every partition the catalog opened, by (topic id,
+/// index), and whether the tier has loaded each one's manifest yet.
+pub struct Remotes {
+    store: Arc<dyn ObjectStore>,
+    cache: BlockCache,
+    writer: WriterEpoch,
+    parts: Mutex<HashMap<(Uuid, i32), (Arc<TieredPartition>, Arc<AtomicBool>)>>,
+}
+
+impl Remotes {
+    /// Built before the catalog, which takes [`Remotes::parts`].
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        settings: &super::TierSettings,
+        clock: &SharedClock,
+    ) -> Arc<Remotes> {
+        Arc::new(Remotes {
+            cache: BlockCache::new(store.clone(), settings.cache_bytes),
+            store,
+            // The tier is handed no `Random` yet: its writer nonce is the OS's.
+            writer: WriterEpoch::new(settings.node_id, clock.as_ref(), &crate::clock::OsRandom),
+            parts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// What the catalog calls for each partition it opens.
+    pub fn parts(self: &Arc<Self>) -> RemoteParts {
+        let remotes = self.clone();
+        Arc::new(move |topic, topic_id, index| {
+            let part: Arc<dyn RemoteLog> = remotes.part(topic, topic_id, index).0;
+            part
+        })
+    }
+
+    fn part(
+        &self,
+        topic: &str,
+        topic_id: Uuid,
+        index: i32,
+    ) -> (Arc<TieredPartition>, Arc<AtomicBool>) {
+        let mut parts = self.parts.lock();
+        let (part, loaded) = parts.entry((topic_id, index)).or_insert_with(|| {
+            let prefix = partition_prefix(topic, topic_id, index);
+            let manifests = ManifestStore::new(self.store.clone(), manifest_dir(&prefix));
+            let part = TieredPartition::new(
+                topic,
+                topic_id,
+                index,
+                manifests,
+                prefix,
+                Manifest::empty(self.writer.clone()),
+                self.cache.clone(),
+            );
+            (Arc::new(part), Arc::new(AtomicBool::new(false)))
+        });
+        (part.clone(), loaded.clone())
+    }
+
+    /// The parts whose manifest is loaded.
+    fn attached(&self) -> impl Iterator<Item = ((Uuid, i32), Arc<TieredPartition>)> {
+        let parts = self.parts.lock();
+        let attached: Vec<_> = parts
+            .iter()
+            .filter(|(_, (_, loaded))| loaded.load(Ordering::Acquire))
+            .map(|(key, (part, _))| (*key, part.clone()))
+            .collect();
+        attached.into_iter()
+    }
+}
+
 pub(super) struct TieredPartitions {
     pub(super) clock: SharedClock,
     /// Set in cluster mode: only the partitions this broker leads.
     scope: Option<Scope>,
-    store: Arc<dyn ObjectStore>,
+    remotes: Arc<Remotes>,
     pub(super) catalog: Arc<Catalog>,
-    cache: BlockCache,
     pub(super) writer: WriterEpoch,
-    attached: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
     pub(super) stats: TierStats,
 }
 
 impl TieredPartitions {
     pub(super) fn new(
-        store: Arc<dyn ObjectStore>,
+        remotes: Arc<Remotes>,
         catalog: Arc<Catalog>,
-        cache: BlockCache,
-        node_id: i32,
         scope: Option<Scope>,
         clock: SharedClock,
     ) -> TieredPartitions {
         TieredPartitions {
-            // The tier is handed no `Random` yet: its writer nonce is the OS's.
-            writer: WriterEpoch::new(node_id, clock.as_ref(), &crate::clock::OsRandom),
+            writer: remotes.writer.clone(),
             clock,
             scope,
-            store,
+            remotes,
             catalog,
-            cache,
-            attached: Mutex::new(HashMap::new()),
             stats: TierStats::default(),
         }
     }
 
     pub(super) fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
+        &self.remotes.store
     }
 
     pub(super) fn cache(&self) -> &BlockCache {
-        &self.cache
+        &self.remotes.cache
     }
 
     /// Attaches every partition of the catalog.
@@ -115,54 +183,36 @@ impl TieredPartitions {
             .collect()
     }
 
-    /// The partition's remote part, loading its manifest and attaching it
-    /// to the log the first time.
+    /// The partition's remote part, loading its manifest the first time.
     pub(super) async fn attach(
         &self,
         topic: &Topic,
         index: i32,
         partition: &Arc<Partition>,
     ) -> Result<Arc<TieredPartition>, TierError> {
-        let key = (topic.id(), index);
-        if let Some(r) = self.attached.lock().get(&key) {
-            return Ok(r.clone());
+        debug_assert!(
+            partition.has_remote(),
+            "the catalog was opened without `Remotes::parts`"
+        );
+        let (remote, loaded) = self.remotes.part(topic.name(), topic.id(), index);
+        if !loaded.load(Ordering::Acquire) {
+            // Two callers may both load; the newer version wins either way.
+            remote.refresh().await?;
+            loaded.store(true, Ordering::Release);
         }
-        let prefix = partition_prefix(topic.name(), topic.id(), index);
-        let manifests = ManifestStore::new(self.store.clone(), manifest_dir(&prefix));
-        let manifest = manifests
-            .load_latest()
-            .await?
-            .unwrap_or_else(|| Manifest::empty(self.writer.clone()));
-        let remote = Arc::new(TieredPartition::new(
-            topic.name(),
-            topic.id(),
-            index,
-            manifests,
-            prefix,
-            manifest,
-            self.cache.clone(),
-        ));
-        let mut attached = self.attached.lock();
-        if let Some(r) = attached.get(&key) {
-            return Ok(r.clone());
-        }
-        partition.attach_remote(remote.clone());
-        attached.insert(key, remote.clone());
         Ok(remote)
     }
 
+    /// The partition's remote part, once attached.
     pub(super) fn remote(&self, topic_id: Uuid, partition: i32) -> Option<Arc<TieredPartition>> {
-        self.attached.lock().get(&(topic_id, partition)).cloned()
+        let parts = self.remotes.parts.lock();
+        let (part, loaded) = parts.get(&(topic_id, partition))?;
+        loaded.load(Ordering::Acquire).then(|| part.clone())
     }
 
     /// Every attached partition, in (topic id, index) order.
     pub(super) fn remotes(&self) -> Vec<Arc<TieredPartition>> {
-        let mut all: Vec<_> = self
-            .attached
-            .lock()
-            .iter()
-            .map(|(key, remote)| (*key, remote.clone()))
-            .collect();
+        let mut all: Vec<_> = self.remotes.attached().collect();
         all.sort_unstable_by_key(|(key, _)| *key);
         all.into_iter().map(|(_, remote)| remote).collect()
     }
@@ -174,7 +224,10 @@ impl TieredPartitions {
 
     /// Forgets the partitions of a deleted topic.
     pub(super) fn detach_topic(&self, topic_id: Uuid) {
-        self.attached.lock().retain(|(id, _), _| *id != topic_id);
+        self.remotes
+            .parts
+            .lock()
+            .retain(|(id, _), _| *id != topic_id);
     }
 
     /// Writes the next manifest version with `edit` applied, on top of

@@ -128,23 +128,14 @@ mod tests {
         let clock = ManualClock::new(NOW);
         // This broker starts before the topic exists, and never leads it.
         let here = tempfile::tempdir().unwrap();
-        let catalog = Arc::new(Catalog::open(here.path(), Default::default()).unwrap());
-        let tier = Tier::open(
-            store.clone(),
-            catalog.clone(),
-            TierSettings::new(1),
-            clock.clone(),
-        )
-        .await
-        .unwrap();
+        let (catalog, tier) =
+            crate::tier::open_with_catalog(store.clone(), here.path(), clock.clone()).await;
         // Its leader seals and uploads segments of it.
         let there = tempfile::tempdir().unwrap();
-        let leader_catalog = Arc::new(Catalog::open(there.path(), Default::default()).unwrap());
+        let (leader_catalog, leader) =
+            crate::tier::open_with_catalog(store.clone(), there.path(), clock).await;
         let topic = leader_catalog
             .create_topic("t", 1, 1, &[("segment.bytes", Some("1024"))])
-            .unwrap();
-        let leader = Tier::open(store.clone(), leader_catalog, TierSettings::new(1), clock)
-            .await
             .unwrap();
         let partition = topic.partition(0).unwrap();
         for i in 0..20 {

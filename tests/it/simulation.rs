@@ -50,7 +50,7 @@ use strata::catalog::{Catalog, CatalogSettings, TopicConfig};
 use strata::clock::{Clock, SharedClock};
 use strata::format::batch::{encode_batch, whole_batches_len};
 use strata::log::Visibility;
-use strata::tier::{Claim, Tier, TierSettings, WalCollector};
+use strata::tier::{Claim, Remotes, Tier, TierSettings, WalCollector};
 use strata::wal::{self, Wal};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -497,6 +497,13 @@ impl World {
             wal::fence(&store, id, id).await?;
             let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
             let sinks = wal.clone();
+            let settings = TierSettings {
+                scope: Some(Arc::new(move |t, p| {
+                    t == TOPIC_ID && scope.lock().contains_key(&p)
+                })),
+                ..TierSettings::new(id)
+            };
+            let remotes = Remotes::new(store.clone(), &settings, &self.clock);
             let catalog = Arc::new(Catalog::open(
                 &dir,
                 CatalogSettings {
@@ -504,6 +511,7 @@ impl World {
                     head_sinks: Some(Arc::new(move |topic, index| {
                         Arc::new(sinks.partition(topic, index))
                     })),
+                    remote_parts: Some(remotes.parts()),
                     backpressure: None,
                 },
             )?);
@@ -511,14 +519,7 @@ impl World {
                 overrides: [("segment.bytes".to_string(), "1024".to_string())].into(),
             };
             catalog.adopt_topic(TOPIC, TOPIC_ID, PARTITIONS, config)?;
-            let settings = TierSettings {
-                scope: Some(Arc::new(move |t, p| {
-                    t == TOPIC_ID && scope.lock().contains_key(&p)
-                })),
-                ..TierSettings::new(id)
-            };
-            let tier =
-                Tier::open(store.clone(), catalog.clone(), settings, self.clock.clone()).await?;
+            let tier = Tier::open(remotes, catalog.clone(), settings, self.clock.clone()).await?;
             anyhow::Ok((catalog, tier, wal))
         };
         let (catalog, tier, wal) = match opened.await {
