@@ -30,6 +30,8 @@
 // clippy.toml keeps time and randomness to `clock`; unit tests may still
 // read the real ones (timeouts, scratch names), as may tests/ and examples/.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
+// Items are `pub(crate)` unless `main`, the examples or the tests reach them.
+#![warn(unreachable_pub)]
 
 pub(crate) mod access;
 pub(crate) mod api;

@@ -16,7 +16,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 /// A histogram of latencies in seconds, from 50 µs to about 52 s in factors
 /// of two: wide enough for an fsync on a fast disk and for a PUT to a
 /// distant store.
-pub fn latency_histogram() -> Histogram {
+pub(crate) fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 21))
 }
 

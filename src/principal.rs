@@ -9,16 +9,16 @@
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// Kafka's principal type; `User` for every principal Kafka itself builds.
     pub kind: String,
     pub name: String,
 }
 
 impl Principal {
-    pub const ANONYMOUS: &'static str = "ANONYMOUS";
+    pub(crate) const ANONYMOUS: &'static str = "ANONYMOUS";
 
-    pub fn user(name: impl Into<String>) -> Principal {
+    pub(crate) fn user(name: impl Into<String>) -> Principal {
         Principal {
             kind: "User".to_string(),
             name: name.into(),
@@ -26,12 +26,12 @@ impl Principal {
     }
 
     /// The principal of a connection that did not authenticate.
-    pub fn anonymous() -> Principal {
+    pub(crate) fn anonymous() -> Principal {
         Principal::user(Principal::ANONYMOUS)
     }
 
     /// Parses Kafka's `Type:name` form, as ACLs and `super.users` write it.
-    pub fn parse(s: &str) -> Option<Principal> {
+    pub(crate) fn parse(s: &str) -> Option<Principal> {
         let (kind, name) = s.split_once(':')?;
         (!kind.is_empty()).then(|| Principal {
             kind: kind.to_string(),

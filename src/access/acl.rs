@@ -16,12 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::principal::Principal;
 
 /// The one name a cluster resource has.
-pub const CLUSTER_NAME: &str = "kafka-cluster";
+pub(crate) const CLUSTER_NAME: &str = "kafka-cluster";
 /// A LITERAL resource name, principal name or host that matches all.
-pub const WILDCARD: &str = "*";
+pub(crate) const WILDCARD: &str = "*";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum ResourceType {
+pub(crate) enum ResourceType {
     Any = 1,
     Topic = 2,
     Group = 3,
@@ -32,7 +32,7 @@ pub enum ResourceType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum PatternType {
+pub(crate) enum PatternType {
     Any = 1,
     Match = 2,
     Literal = 3,
@@ -40,7 +40,7 @@ pub enum PatternType {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Operation {
+pub(crate) enum Operation {
     Any = 1,
     All = 2,
     Read = 3,
@@ -59,7 +59,7 @@ pub enum Operation {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Permission {
+pub(crate) enum Permission {
     Any = 1,
     Deny = 2,
     Allow = 3,
@@ -69,10 +69,10 @@ macro_rules! wire_enum {
     ($t:ty { $($v:ident),* }) => {
         impl $t {
             /// From Kafka's wire code; `None` for UNKNOWN and codes this broker does not know.
-            pub fn from_code(code: i8) -> Option<$t> {
+            pub(crate) fn from_code(code: i8) -> Option<$t> {
                 [$(<$t>::$v),*].into_iter().find(|v| *v as i8 == code)
             }
-            pub fn code(self) -> i8 {
+            pub(crate) fn code(self) -> i8 {
                 self as i8
             }
         }
@@ -114,7 +114,7 @@ wire_enum!(Permission { Any, Deny, Allow });
 
 /// One ACL as stored: a resource pattern and an entry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct AclBinding {
+pub(crate) struct AclBinding {
     pub resource_type: ResourceType,
     pub resource_name: String,
     pub pattern_type: PatternType,
@@ -128,7 +128,7 @@ pub struct AclBinding {
 impl AclBinding {
     /// Kafka's checks on a new binding; the message is the error message
     /// CreateAcls answers with (INVALID_REQUEST).
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.resource_type == ResourceType::Any {
             return Err("Invalid resourceType ANY".into());
         }
@@ -184,7 +184,7 @@ impl AclBinding {
 
 /// Selects bindings, as DescribeAcls and DeleteAcls send it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclFilter {
+pub(crate) struct AclFilter {
     pub resource_type: ResourceType,
     pub resource_name: Option<String>,
     pub pattern_type: PatternType,
@@ -195,7 +195,7 @@ pub struct AclFilter {
 }
 
 impl AclFilter {
-    pub fn matches(&self, b: &AclBinding) -> bool {
+    pub(crate) fn matches(&self, b: &AclBinding) -> bool {
         let kind = self.resource_type == ResourceType::Any || self.resource_type == b.resource_type;
         let pattern = match (self.pattern_type, &self.resource_name) {
             (PatternType::Any, None) => true,
@@ -227,7 +227,7 @@ pub struct AuthorizerSettings {
 
 /// Whether `principal` connected from `host` may perform `op` on the
 /// resource `(kind, name)`, given every binding the broker holds.
-pub fn authorize(
+pub(crate) fn authorize(
     settings: &AuthorizerSettings,
     acls: &[AclBinding],
     principal: &Principal,

@@ -11,8 +11,8 @@
 //! The authorizer is off unless `--authorizer acl` is given, as Kafka
 //! without `authorizer.class.name`: then every request is allowed.
 
-pub mod acl;
-pub mod quota;
+pub(crate) mod acl;
+pub(crate) mod quota;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +29,12 @@ use acl::{AclBinding, AuthorizerSettings, Operation, ResourceType};
 use quota::{Direction, Meters, QuotaEntry};
 
 /// The store key of the document for a broker that runs alone.
-pub const ACCESS_FILE: &str = "access.json";
+pub(crate) const ACCESS_FILE: &str = "access.json";
 /// How many times a change is retried against concurrent writers.
 const CAS_ATTEMPTS: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
-pub enum AccessError {
+pub(crate) enum AccessError {
     #[error("access document storage: {0}")]
     Storage(String),
     #[error("access document changed concurrently too often")]
@@ -43,7 +43,7 @@ pub enum AccessError {
 
 /// Everything this module keeps durable.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AccessDoc {
+pub(crate) struct AccessDoc {
     #[serde(default)]
     pub acls: Vec<AclBinding>,
     #[serde(default)]
@@ -51,10 +51,10 @@ pub struct AccessDoc {
 }
 
 /// The version a backend compares on; `None` for a document never written.
-pub type Version = Option<String>;
+pub(crate) type Version = Option<String>;
 
 /// Where the document lives.
-pub trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync {
     fn load(&self) -> BoxFuture<'_, Result<(AccessDoc, Version), AccessError>>;
     /// Writes `doc` if the stored version is still `expected`; `Ok(None)` if it is not.
     fn save<'a>(
@@ -65,12 +65,12 @@ pub trait Backend: Send + Sync {
 }
 
 /// The document as `access.json` in the object store, compared on its ETag.
-pub struct StoreBackend {
+pub(crate) struct StoreBackend {
     store: Arc<dyn ObjectStore>,
 }
 
 impl StoreBackend {
-    pub fn new(store: Arc<dyn ObjectStore>) -> StoreBackend {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>) -> StoreBackend {
         StoreBackend { store }
     }
 }
@@ -150,7 +150,7 @@ pub struct AccessSettings {
 }
 
 /// The broker's ACLs and quotas, in memory and durable.
-pub struct Access {
+pub(crate) struct Access {
     settings: AccessSettings,
     current: RwLock<(Arc<AccessDoc>, Version)>,
     backend: Box<dyn Backend>,
@@ -161,7 +161,7 @@ pub struct Access {
 
 impl Access {
     /// Loads the document from `backend`.
-    pub async fn open(
+    pub(crate) async fn open(
         settings: AccessSettings,
         backend: Box<dyn Backend>,
     ) -> Result<Access, AccessError> {
@@ -176,16 +176,16 @@ impl Access {
     }
 
     /// Whether requests are authorized at all (`--authorizer acl`).
-    pub fn authorizer_enabled(&self) -> bool {
+    pub(crate) fn authorizer_enabled(&self) -> bool {
         self.settings.authorizer
     }
 
-    pub fn doc(&self) -> Arc<AccessDoc> {
+    pub(crate) fn doc(&self) -> Arc<AccessDoc> {
         self.current.read().0.clone()
     }
 
     /// Whether `principal` from `host` may perform `op` on `(kind, name)`.
-    pub fn authorize(
+    pub(crate) fn authorize(
         &self,
         principal: &Principal,
         host: &str,
@@ -210,7 +210,7 @@ impl Access {
 
     /// Applies `change` to the durable document (retrying it on a newer one
     /// if another broker changed it meanwhile) and returns what it returned.
-    pub async fn update<R>(
+    pub(crate) async fn update<R>(
         &self,
         mut change: impl FnMut(&mut AccessDoc) -> R,
     ) -> Result<R, AccessError> {
@@ -234,7 +234,7 @@ impl Access {
     }
 
     /// Rereads the document (cluster mode: what other brokers changed).
-    pub async fn refresh(&self) -> Result<(), AccessError> {
+    pub(crate) async fn refresh(&self) -> Result<(), AccessError> {
         let (doc, version) = self.backend.load().await?;
         let mut current = self.current.write();
         if current.1 != version {
@@ -246,7 +246,7 @@ impl Access {
     /// Records `amount` (bytes produced or fetched, or nanoseconds of
     /// handler time) used by `(user, client_id)` and returns how long to
     /// throttle it (zero without a quota or under it).
-    pub fn record_usage(
+    pub(crate) fn record_usage(
         &self,
         direction: Direction,
         principal: &Principal,

@@ -23,13 +23,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
-pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
-pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+pub(crate) const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
+pub(crate) const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
+pub(crate) const REQUEST_PERCENTAGE: &str = "request_percentage";
 /// The keys AlterClientQuotas accepts for user and client-id entities.
-pub const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
-pub const USER: &str = "user";
-pub const CLIENT_ID: &str = "client-id";
+pub(crate) const KEYS: [&str; 3] = [PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
+pub(crate) const USER: &str = "user";
+pub(crate) const CLIENT_ID: &str = "client-id";
 
 const SAMPLE_MS: u64 = 1000;
 const SAMPLES: usize = 11;
@@ -37,14 +37,14 @@ const SAMPLES: usize = 11;
 /// Which clients a quota covers. Each part is absent (`None`), the default
 /// (`Some(None)`) or a name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
-pub struct QuotaEntity {
+pub(crate) struct QuotaEntity {
     pub user: Option<Option<String>>,
     pub client_id: Option<Option<String>>,
 }
 
 impl QuotaEntity {
     /// The entity as DescribeClientQuotas lists it: `(type, name)`, `None` for the default.
-    pub fn parts(&self) -> Vec<(&'static str, Option<String>)> {
+    pub(crate) fn parts(&self) -> Vec<(&'static str, Option<String>)> {
         let mut v = Vec::new();
         if let Some(u) = &self.user {
             v.push((USER, u.clone()));
@@ -58,14 +58,14 @@ impl QuotaEntity {
 
 /// One entity's quota values, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QuotaEntry {
+pub(crate) struct QuotaEntry {
     pub entity: QuotaEntity,
     pub values: BTreeMap<String, f64>,
 }
 
 /// The quota for `key` that applies to `(user, client_id)`, and the entity
 /// whose clients share its meter (defaults replaced by the actual names).
-pub fn resolve(
+pub(crate) fn resolve(
     entries: &[QuotaEntry],
     user: &str,
     client_id: &str,
@@ -142,7 +142,7 @@ impl Meter {
 /// What a meter counts: bytes produced, bytes fetched, or the time spent
 /// handling requests. Each has its own quota key and meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub(crate) enum Direction {
     Produce,
     Fetch,
     /// Nanoseconds of handler time (a fast handler takes well under a microsecond).
@@ -150,7 +150,7 @@ pub enum Direction {
 }
 
 impl Direction {
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Direction::Produce => PRODUCER_BYTE_RATE,
             Direction::Fetch => CONSUMER_BYTE_RATE,
@@ -171,14 +171,14 @@ impl Direction {
 
 /// Every meter of the broker, by direction and the entity that shares it.
 #[derive(Default)]
-pub struct Meters {
+pub(crate) struct Meters {
     meters: Mutex<HashMap<(Direction, QuotaEntity), Meter>>,
 }
 
 impl Meters {
     /// Records `amount` against the meter `quota` names and returns how long
     /// the client must now be throttled (zero under the quota).
-    pub fn record(
+    pub(crate) fn record(
         &self,
         direction: Direction,
         quota: (f64, QuotaEntity),

@@ -96,7 +96,7 @@ fn refusal(b: &Broker, cx: &Ctx<'_>, op: Operation) -> Option<(i16, &'static str
     }
 }
 
-pub fn create_acls(
+pub(super) fn create_acls(
     b: &Arc<Broker>,
     req: CreateAclsRequest,
     cx: &Ctx<'_>,
@@ -157,7 +157,11 @@ fn by_resource(
     m
 }
 
-pub fn describe_acls(b: &Broker, req: DescribeAclsRequest, cx: &Ctx<'_>) -> DescribeAclsResponse {
+pub(super) fn describe_acls(
+    b: &Broker,
+    req: DescribeAclsRequest,
+    cx: &Ctx<'_>,
+) -> DescribeAclsResponse {
     if let Some((code, msg)) = refusal(b, cx, Operation::Describe) {
         return DescribeAclsResponse::default()
             .with_error_code(code)
@@ -210,7 +214,7 @@ pub fn describe_acls(b: &Broker, req: DescribeAclsRequest, cx: &Ctx<'_>) -> Desc
     DescribeAclsResponse::default().with_resources(resources)
 }
 
-pub fn delete_acls(
+pub(super) fn delete_acls(
     b: &Arc<Broker>,
     req: DeleteAclsRequest,
     cx: &Ctx<'_>,

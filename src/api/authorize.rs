@@ -22,10 +22,10 @@ use super::dispatch::Ctx;
 use super::Broker;
 use crate::access::acl::{Operation, ResourceType, CLUSTER_NAME};
 
-pub const TOPIC_DENIED: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
-pub const GROUP_DENIED: i16 = 30; // GROUP_AUTHORIZATION_FAILED
-pub const CLUSTER_DENIED: i16 = 31; // CLUSTER_AUTHORIZATION_FAILED
-pub const TXN_ID_DENIED: i16 = 53; // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+pub(super) const TOPIC_DENIED: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
+pub(super) const GROUP_DENIED: i16 = 30; // GROUP_AUTHORIZATION_FAILED
+pub(super) const CLUSTER_DENIED: i16 = 31; // CLUSTER_AUTHORIZATION_FAILED
+pub(super) const TXN_ID_DENIED: i16 = 53; // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 impl Broker {
     pub(crate) fn allowed(
@@ -60,7 +60,7 @@ impl Broker {
 }
 
 /// The refusal at once, if there is one, else the handler's future.
-pub fn refusal_or<R, F: Future<Output = R>>(
+pub(super) fn refusal_or<R, F: Future<Output = R>>(
     refusal: Option<R>,
     run: impl FnOnce() -> F,
 ) -> Either<std::future::Ready<R>, F> {
@@ -71,13 +71,13 @@ pub fn refusal_or<R, F: Future<Output = R>>(
 }
 
 /// Splits a request's items into those `allowed` and the rest.
-pub fn split<T>(items: Vec<T>, allowed: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
+pub(super) fn split<T>(items: Vec<T>, allowed: impl Fn(&T) -> bool) -> (Vec<T>, Vec<T>) {
     items.into_iter().partition(|t| allowed(t))
 }
 
 /// What the one check covering a whole request is made on, for the
 /// `acl(operation, resource, denied)` of a dispatch entry.
-pub enum Resource<Req> {
+pub(super) enum Resource<Req> {
     Cluster,
     /// The group the request names.
     Group(fn(&Req) -> &str),
@@ -86,7 +86,7 @@ pub enum Resource<Req> {
 }
 
 impl<Req> Resource<Req> {
-    pub fn allows(&self, b: &Broker, cx: &Ctx<'_>, op: Operation, request: &Req) -> bool {
+    pub(super) fn allows(&self, b: &Broker, cx: &Ctx<'_>, op: Operation, request: &Req) -> bool {
         match self {
             Resource::Cluster => b.on_cluster(cx, op),
             Resource::Group(group) => b.on_group(cx, op, group(request)),

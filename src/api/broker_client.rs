@@ -33,7 +33,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 64 << 20;
 
 /// How this broker's own requests reach the inter-broker listener of others.
-pub struct InterBroker {
+pub(crate) struct InterBroker {
     /// The listener name whose endpoints are dialled.
     pub listener: String,
     tls: Option<tokio_rustls::TlsConnector>,
@@ -41,7 +41,7 @@ pub struct InterBroker {
 }
 
 impl InterBroker {
-    pub fn new(
+    pub(crate) fn new(
         listener: String,
         tls: Option<Arc<rustls::ClientConfig>>,
         sasl: Option<SaslLogin>,
@@ -53,7 +53,7 @@ impl InterBroker {
         }
     }
 
-    pub async fn write_txn_markers(
+    pub(crate) async fn write_txn_markers(
         &self,
         host: &str,
         port: i32,

@@ -199,9 +199,9 @@ fn authorize_incremental_alter_configs(
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 
-pub const CONFIG_SOURCE_TOPIC: i8 = 1;
+pub(super) const CONFIG_SOURCE_TOPIC: i8 = 1;
 const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
-pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
+pub(super) const CONFIG_SOURCE_DEFAULT: i8 = 5;
 
 /// An error code and message for one resource.
 type Failure = (i16, String);
@@ -223,7 +223,7 @@ struct Entry {
     synonyms: Vec<(&'static str, String, i8)>,
 }
 
-pub fn describe_configs(
+pub(super) fn describe_configs(
     broker: &Broker,
     req: DescribeConfigsRequest,
     version: i16,
@@ -325,7 +325,7 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
 
 /// One broker setting under its Kafka name, as the broker's flags set it.
 #[derive(Debug, Clone)]
-pub struct StaticConfig {
+pub(crate) struct StaticConfig {
     pub name: &'static str,
     pub value: String,
     pub kind: ConfigType,
@@ -469,7 +469,10 @@ async fn alter_topic(
         })
 }
 
-pub async fn alter_configs(broker: Arc<Broker>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+pub(super) async fn alter_configs(
+    broker: Arc<Broker>,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         responses.push({
@@ -498,7 +501,7 @@ pub async fn alter_configs(broker: Arc<Broker>, req: AlterConfigsRequest) -> Alt
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-pub async fn incremental_alter_configs(
+pub(super) async fn incremental_alter_configs(
     broker: Arc<Broker>,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {

@@ -86,7 +86,7 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
-pub async fn consumer_group_heartbeat(
+pub(super) async fn consumer_group_heartbeat(
     broker: Arc<Broker>,
     req: ConsumerGroupHeartbeatRequest,
     version: i16,
@@ -153,7 +153,7 @@ fn assignment(a: NamedAssignment) -> describe::Assignment {
     )
 }
 
-pub fn consumer_group_describe(
+pub(super) fn consumer_group_describe(
     broker: &Broker,
     req: ConsumerGroupDescribeRequest,
     version: i16,

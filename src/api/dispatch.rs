@@ -51,7 +51,7 @@ use super::{
     txn_markers, versions, Broker, Reply,
 };
 
-pub struct Api {
+pub(super) struct Api {
     /// The API key, taken from the request type.
     pub key: i16,
     pub versions: RangeInclusive<i16>,
@@ -63,7 +63,7 @@ pub struct Api {
 type Handler = fn(&Arc<Broker>, Bytes, Ctx<'_>) -> anyhow::Result<Reply>;
 
 /// What a handler may know about a request besides its body.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub key: i16,
     pub version: i16,
     pub client_id: Option<StrBytes>,
@@ -144,7 +144,7 @@ macro_rules! api {
 pub(super) use api;
 
 /// Every entry, in the order ApiVersions lists them.
-pub const APIS: &[Api] = &[
+pub(super) const APIS: &[Api] = &[
     produce::PRODUCE,
     fetch::FETCH,
     offsets::LIST_OFFSETS,
@@ -199,7 +199,7 @@ pub const APIS: &[Api] = &[
 ];
 
 /// The entry serving `key` at `version`, if any.
-pub fn find(key: i16, version: i16) -> Option<&'static Api> {
+pub(super) fn find(key: i16, version: i16) -> Option<&'static Api> {
     APIS.iter()
         .find(|api| api.key == key && api.versions.contains(&version))
 }
@@ -286,13 +286,13 @@ where
     })
 }
 
-pub fn ready_frame(frame: Option<Bytes>) -> Reply {
+pub(super) fn ready_frame(frame: Option<Bytes>) -> Reply {
     Box::pin(std::future::ready(frame))
 }
 
 /// How to frame one request's response.
 #[derive(Clone, Copy)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     pub correlation_id: i32,
     pub header_version: i16,
     pub version: i16,
@@ -300,7 +300,7 @@ pub struct Encoder {
 
 impl Encoder {
     /// Encodes a response frame: length, response header, body.
-    pub fn frame<T: Encodable>(self, body: &T) -> Option<Bytes> {
+    pub(crate) fn frame<T: Encodable>(self, body: &T) -> Option<Bytes> {
         let mut buf = BytesMut::with_capacity(256);
         buf.put_i32(0);
         let header = ResponseHeader::default().with_correlation_id(self.correlation_id);

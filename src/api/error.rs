@@ -5,7 +5,7 @@ use kafka_protocol::error::ResponseError;
 use crate::catalog::CatalogError;
 use crate::log::LogError;
 
-pub fn log_error_code(e: &LogError) -> i16 {
+pub(super) fn log_error_code(e: &LogError) -> i16 {
     match e {
         LogError::Io(_) => ResponseError::KafkaStorageError,
         LogError::Corrupt(_) => ResponseError::CorruptMessage,
@@ -25,7 +25,7 @@ pub fn log_error_code(e: &LogError) -> i16 {
     .code()
 }
 
-pub fn catalog_error_code(e: &CatalogError) -> i16 {
+pub(super) fn catalog_error_code(e: &CatalogError) -> i16 {
     match e {
         CatalogError::TopicExists(_) => ResponseError::TopicAlreadyExists.code(),
         CatalogError::InvalidTopic(_) => ResponseError::InvalidTopicException.code(),

@@ -156,7 +156,7 @@ enum Session {
     Incremental(i32),
 }
 
-pub async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
+pub(super) async fn fetch(broker: Arc<Broker>, req: FetchRequest, version: i16) -> FetchResponse {
     let topic_ref = |name: &TopicName, id: uuid::Uuid| {
         if version >= 13 {
             TopicRef::Id(id)

@@ -36,29 +36,29 @@ use uuid::Uuid;
 use crate::clock::SharedRandom;
 
 /// Kafka's `max.incremental.fetch.session.cache.slots` default.
-pub const CACHE_SLOTS: usize = 1000;
+pub(super) const CACHE_SLOTS: usize = 1000;
 /// Kafka's `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`.
-pub const EVICTION_MS: i64 = 120_000;
+pub(super) const EVICTION_MS: i64 = 120_000;
 
 const INITIAL_EPOCH: i32 = 0;
 const FINAL_EPOCH: i32 = -1;
 
 /// A topic as the request version names it: by name before v13, by id from v13.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum TopicRef {
+pub(crate) enum TopicRef {
     Name(Arc<str>),
     Id(Uuid),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PartitionKey {
+pub(crate) struct PartitionKey {
     pub topic: TopicRef,
     pub partition: i32,
 }
 
 /// Where and how much to fetch from one partition, as the client last said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     pub fetch_offset: i64,
     pub max_bytes: i32,
     pub current_leader_epoch: i32,
@@ -67,7 +67,7 @@ pub struct Position {
 /// What a response told the client about one partition; an incremental
 /// response repeats a partition only when this changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Answered {
+pub(crate) struct Answered {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub last_stable_offset: i64,
@@ -77,7 +77,7 @@ pub struct Answered {
 
 /// How to serve one fetch request.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// Answer with this top-level error, session id 0 and no partitions.
     Error(i16),
     /// Fetch these, without a session (response session id 0).
@@ -200,14 +200,14 @@ fn next_epoch(epoch: i32) -> i32 {
 }
 
 /// One broker's fetch sessions.
-pub struct FetchSessions {
+pub(crate) struct FetchSessions {
     sessions: Mutex<HashMap<i32, Session>>,
     capacity: usize,
     random: SharedRandom,
 }
 
 impl FetchSessions {
-    pub fn new(capacity: usize, random: SharedRandom) -> FetchSessions {
+    pub(crate) fn new(capacity: usize, random: SharedRandom) -> FetchSessions {
         FetchSessions {
             sessions: Mutex::new(HashMap::new()),
             capacity,
@@ -217,7 +217,7 @@ impl FetchSessions {
 
     /// Decides how to serve a request (Kafka's `FetchManager.newContext`).
     /// `version` decides whether topics go by id (v13+); sessions exist from v7.
-    pub fn plan(
+    pub(crate) fn plan(
         &self,
         version: i16,
         session_id: i32,
@@ -265,7 +265,7 @@ impl FetchSessions {
 
     /// After a full fetch: a new session holding `partitions` as answered,
     /// if there is room; its id, or 0 (no session) when there is none.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         version: i16,
         partitions: Vec<(PartitionKey, Position, Answered)>,
@@ -307,7 +307,11 @@ impl FetchSessions {
     /// After an incremental fetch: whether each answered partition goes into
     /// the response (Kafka's `CachedPartition.maybeUpdateResponseData`),
     /// remembering what the client is told.
-    pub fn select(&self, session_id: i32, answered: &[(PartitionKey, Answered)]) -> Vec<bool> {
+    pub(crate) fn select(
+        &self,
+        session_id: i32,
+        answered: &[(PartitionKey, Answered)],
+    ) -> Vec<bool> {
         let mut sessions = self.sessions.lock();
         let Some(session) = sessions.get_mut(&session_id) else {
             // Closed meanwhile: the client must see everything it asked for.

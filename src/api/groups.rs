@@ -346,7 +346,7 @@ fn authorize_delete_groups(
 const GROUP_KEY_TYPE: i8 = 0;
 const TRANSACTION_KEY_TYPE: i8 = 1;
 
-pub fn error_code(e: &CoordinatorError) -> i16 {
+pub(super) fn error_code(e: &CoordinatorError) -> i16 {
     match e {
         CoordinatorError::InvalidGroupId => ResponseError::InvalidGroupId,
         CoordinatorError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
@@ -416,7 +416,7 @@ fn txn_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)
         .find(|(id, _, _)| *id == leader)
 }
 
-pub fn find_coordinator(
+pub(super) fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
@@ -463,7 +463,7 @@ pub fn find_coordinator(
     }
 }
 
-pub async fn join_group(
+pub(super) async fn join_group(
     broker: Arc<Broker>,
     req: JoinGroupRequest,
     version: i16,
@@ -534,7 +534,7 @@ pub async fn join_group(
     }
 }
 
-pub async fn sync_group(
+pub(super) async fn sync_group(
     broker: Arc<Broker>,
     req: SyncGroupRequest,
     version: i16,
@@ -570,7 +570,7 @@ pub async fn sync_group(
     }
 }
 
-pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+pub(super) fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
     let r = broker.coordinator.heartbeat(
         req.group_id.as_str(),
         req.member_id.as_str(),
@@ -580,7 +580,11 @@ pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
     HeartbeatResponse::default().with_error_code(code_of(&r))
 }
 
-pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub(super) fn leave_group(
+    broker: &Broker,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()
@@ -609,7 +613,7 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     }
 }
 
-pub async fn offset_commit(
+pub(super) async fn offset_commit(
     broker: Arc<Broker>,
     req: OffsetCommitRequest,
     version: i16,
@@ -694,7 +698,11 @@ fn unstable(
     }
 }
 
-pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+pub(super) fn offset_fetch(
+    broker: &Broker,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
     if version >= 8 {
         let groups = req
             .groups
@@ -796,7 +804,11 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
     OffsetFetchResponse::default().with_topics(topics)
 }
 
-pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub(super) fn list_groups(
+    broker: &Broker,
+    req: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
     let groups = broker
         .coordinator
         .list()
@@ -834,7 +846,7 @@ pub fn list_groups(broker: &Broker, req: ListGroupsRequest, version: i16) -> Lis
     ListGroupsResponse::default().with_groups(groups)
 }
 
-pub fn describe_groups(
+pub(super) fn describe_groups(
     broker: &Broker,
     req: DescribeGroupsRequest,
     version: i16,
@@ -876,7 +888,7 @@ pub fn describe_groups(
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub(super) fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
@@ -890,7 +902,7 @@ pub fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsR
     DeleteGroupsResponse::default().with_results(results)
 }
 
-pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub(super) fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let wanted = req
         .topics
         .iter()

@@ -28,7 +28,7 @@ const PRODUCE_VERSION: i16 = 10;
 const FETCH_VERSION: i16 = 16;
 
 /// Adds the hints to a Produce response once it is ready.
-pub fn produce(
+pub(super) fn produce(
     broker: &Arc<Broker>,
     pending: impl Future<Output = Option<ProduceResponse>> + Send + 'static,
     version: i16,
@@ -46,7 +46,7 @@ pub fn produce(
 }
 
 /// Adds the hints to a Fetch response once it is ready.
-pub fn fetch(
+pub(super) fn fetch(
     broker: &Arc<Broker>,
     pending: impl Future<Output = FetchResponse> + Send + 'static,
     version: i16,

@@ -40,7 +40,10 @@ error_codes! {
     };
 }
 
-pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+pub(super) fn describe_log_dirs(
+    broker: &Broker,
+    req: DescribeLogDirsRequest,
+) -> DescribeLogDirsResponse {
     // (topic, partitions asked for; None = all)
     let wanted: Vec<(std::sync::Arc<Topic>, Option<Vec<i32>>)> = match req.topics {
         None => broker

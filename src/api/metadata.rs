@@ -109,7 +109,7 @@ fn handle_metadata(b: &Arc<Broker>, mut req: MetadataRequest, cx: &Ctx<'_>) -> M
     resp
 }
 
-pub fn metadata(
+pub(super) fn metadata(
     broker: &Broker,
     req: MetadataRequest,
     version: i16,
@@ -288,7 +288,7 @@ fn describe_topic(broker: &Broker, topic: &Topic, version: i16) -> MetadataRespo
         .with_partitions(partitions)
 }
 
-pub fn describe_cluster(
+pub(super) fn describe_cluster(
     broker: &Broker,
     _req: DescribeClusterRequest,
     _version: i16,

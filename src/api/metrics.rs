@@ -102,7 +102,7 @@ struct ApiSlot {
 
 type Latencies = Family<Api, Histogram, fn() -> Histogram>;
 
-pub struct RequestMetrics {
+pub(crate) struct RequestMetrics {
     /// By API key.
     apis: Vec<Option<ApiSlot>>,
     requests: Family<ApiVersion, Counter>,
@@ -121,7 +121,7 @@ impl Default for RequestMetrics {
 }
 
 impl RequestMetrics {
-    pub fn new() -> RequestMetrics {
+    pub(crate) fn new() -> RequestMetrics {
         let requests = Family::<ApiVersion, Counter>::default();
         let latency: Latencies = Family::new_with_constructor(latency_histogram);
         let max_key = APIS.iter().map(|a| a.key).max().unwrap_or(0);
@@ -151,7 +151,7 @@ impl RequestMetrics {
         }
     }
 
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "strata_requests",
             "Requests received, by API and version",
@@ -184,7 +184,7 @@ impl RequestMetrics {
     }
 
     /// Counts a request the broker serves; false for one it does not.
-    pub fn request(&self, key: i16, version: i16) -> bool {
+    pub(crate) fn request(&self, key: i16, version: i16) -> bool {
         let counter = self.slot(key).and_then(|s| {
             s.requests
                 .get(usize::try_from(version - s.first_version).ok()?)
@@ -198,14 +198,14 @@ impl RequestMetrics {
         }
     }
 
-    pub fn latency(&self, key: i16, elapsed: std::time::Duration) {
+    pub(crate) fn latency(&self, key: i16, elapsed: std::time::Duration) {
         if let Some(s) = self.slot(key) {
             s.latency.observe(elapsed.as_secs_f64());
         }
     }
 
     /// Counts one error code answered (0, no error, is not counted).
-    pub fn error(&self, key: i16, version: i16, code: i16) {
+    pub(crate) fn error(&self, key: i16, version: i16, code: i16) {
         if code != 0 {
             self.errors
                 .get_or_create(&ApiError {
@@ -219,7 +219,7 @@ impl RequestMetrics {
 }
 
 /// The error codes a response carries, wherever its type keeps them.
-pub trait ErrorCodes {
+pub(crate) trait ErrorCodes {
     fn each_error(&self, f: &mut dyn FnMut(i16));
 }
 

@@ -25,7 +25,7 @@ mod groups;
 mod leader_hints;
 mod log_dirs;
 mod metadata;
-pub mod metrics;
+pub(crate) mod metrics;
 mod offsets;
 mod partitions;
 mod produce;
@@ -55,21 +55,21 @@ use crate::coordinator::txn::{ProducerIdSource, TxnCoordinator};
 use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
 
-pub use broker_client::InterBroker;
-pub use configs::StaticConfig;
+pub(crate) use broker_client::InterBroker;
+pub(crate) use configs::StaticConfig;
 use dispatch::Ctx;
-pub use dispatch::Encoder;
+pub(crate) use dispatch::Encoder;
 
-pub use transactions::run_markers;
+pub(crate) use transactions::run_markers;
 
 /// An encoded response frame (length prefix included); empty when the
 /// protocol sends no response (produce with acks=0); `None` when the response
 /// could not be encoded and the connection must close.
-pub type Reply = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+pub(crate) type Reply = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
 
 /// Why a frame could not be answered; the connection is closed, as Kafka does.
 #[derive(Debug, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error("request frame shorter than a request header")]
     Truncated,
     #[error("unknown API key {0}")]
@@ -83,7 +83,7 @@ pub enum FrameError {
 /// The broker's settings the handlers answer by; the server builds them
 /// from its flags.
 #[derive(Debug, Clone)]
-pub struct ApiSettings {
+pub(crate) struct ApiSettings {
     pub node_id: i32,
     /// Partitions of a topic created without a count.
     pub num_partitions: i32,
@@ -101,7 +101,7 @@ pub struct ApiSettings {
 }
 
 /// What the handlers work with, built before the `Broker`.
-pub struct Services {
+pub(crate) struct Services {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
@@ -114,7 +114,7 @@ pub struct Services {
 }
 
 /// What the handlers need to know about this broker.
-pub struct Broker {
+pub(crate) struct Broker {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
@@ -141,25 +141,25 @@ pub struct Broker {
 /// How long a connection stays muted after a throttled response (KIP-219):
 /// the handlers extend it, the connection reads nothing until it passes.
 #[derive(Debug, Default)]
-pub struct Mute {
+pub(crate) struct Mute {
     until_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Mute {
-    pub fn extend(&self, until_ms: u64) {
+    pub(crate) fn extend(&self, until_ms: u64) {
         self.until_ms
             .fetch_max(until_ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How much longer the connection stays muted at `now_ms`.
-    pub fn remaining(&self, now_ms: u64) -> std::time::Duration {
+    pub(crate) fn remaining(&self, now_ms: u64) -> std::time::Duration {
         let until = self.until_ms.load(std::sync::atomic::Ordering::Relaxed);
         std::time::Duration::from_millis(until.saturating_sub(now_ms))
     }
 }
 
 /// How clients reach this broker and prove who they are.
-pub struct Listeners {
+pub(crate) struct Listeners {
     /// Every listener's advertised endpoint, the first one's is `host:port`.
     pub endpoints: Vec<crate::cluster::Endpoint>,
     pub credentials: Arc<crate::auth::credentials::Credentials>,
@@ -213,7 +213,7 @@ impl Broker {
         }
     }
 
-    pub fn new(settings: ApiSettings, services: Services, listeners: Listeners) -> Broker {
+    pub(crate) fn new(settings: ApiSettings, services: Services, listeners: Listeners) -> Broker {
         let (host, port) = listeners
             .endpoints
             .first()
@@ -254,7 +254,7 @@ impl Broker {
 
     /// Where transactional producer ids come from: the catalog's allocator,
     /// or in cluster mode the blocks agreed in etcd.
-    pub fn producer_ids(
+    pub(crate) fn producer_ids(
         catalog: Arc<Catalog>,
         cluster: Option<Arc<ClusterNode>>,
     ) -> ProducerIdSource {
@@ -262,7 +262,7 @@ impl Broker {
     }
 
     /// Handles one request frame (without its length prefix) from `client_host`.
-    pub fn handle_frame(
+    pub(crate) fn handle_frame(
         self: &Arc<Self>,
         frame: Bytes,
         client_host: &str,

@@ -196,7 +196,7 @@ const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
 /// Async because timestamp lookups may read tiered segments from the store.
-pub async fn list_offsets(
+pub(super) async fn list_offsets(
     broker: Arc<Broker>,
     req: ListOffsetsRequest,
     version: i16,
@@ -294,7 +294,7 @@ fn fixed(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogErro
 /// committed offset). The client's `current_leader_epoch` is checked as
 /// Fetch checks it. Followers (`replica_id` >= 0) get the same answer; there
 /// are none in Strata.
-pub fn offset_for_leader_epoch(
+pub(super) fn offset_for_leader_epoch(
     broker: &Broker,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
@@ -329,7 +329,7 @@ pub fn offset_for_leader_epoch(
     OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
 
-pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub(super) fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let topics = req
         .topics
         .into_iter()

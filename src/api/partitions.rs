@@ -122,7 +122,7 @@ fn message(s: impl Into<String>) -> Option<StrBytes> {
 
 /// Topics in name order from the cursor on, at most
 /// `response_partition_limit` partitions, and the cursor to continue from.
-pub fn describe_topic_partitions(
+pub(super) fn describe_topic_partitions(
     broker: &Broker,
     req: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
@@ -235,7 +235,7 @@ fn describe_partition(
 
 /// A partition that has a leader needs no election; one without has no
 /// replica that could be elected (the controller assigns one when it can).
-pub fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
+pub(super) fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
     let all = req.topic_partitions.is_none();
     let wanted: Vec<(String, Vec<i32>)> = match req.topic_partitions {
         Some(list) => list
@@ -302,7 +302,7 @@ pub fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersR
 }
 
 /// Nothing is ever being reassigned.
-pub fn list_partition_reassignments(
+pub(super) fn list_partition_reassignments(
     _broker: &Broker,
     _req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
@@ -312,7 +312,7 @@ pub fn list_partition_reassignments(
 /// Each partition keeps its single replica where it is: naming the current
 /// leader is a no-op that succeeds; anything else is refused with the error
 /// Kafka gives for it.
-pub fn alter_partition_reassignments(
+pub(super) fn alter_partition_reassignments(
     broker: &Broker,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {

@@ -147,7 +147,7 @@ impl Refusal {
 
 /// Appends now; the returned future resolves once the acknowledgement may be
 /// sent (`None` for acks=0, which gets no response at all).
-pub fn produce(
+pub(super) fn produce(
     broker: &Arc<Broker>,
     req: ProduceRequest,
     version: i16,

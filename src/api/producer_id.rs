@@ -56,7 +56,7 @@ fn init_producer_id_error(b: &Broker, cx: &Ctx<'_>, req: &InitProducerIdRequest)
     }
 }
 
-pub async fn init_producer_id(
+pub(super) async fn init_producer_id(
     broker: Arc<Broker>,
     req: InitProducerIdRequest,
     version: i16,
@@ -95,7 +95,7 @@ async fn allocate(catalog: &Catalog, cluster: Option<&ClusterNode>) -> Result<i6
 }
 
 /// The transaction coordinator's producer ids, drawn like an idempotent producer's.
-pub fn source(catalog: Arc<Catalog>, cluster: Option<Arc<ClusterNode>>) -> ProducerIdSource {
+pub(super) fn source(catalog: Arc<Catalog>, cluster: Option<Arc<ClusterNode>>) -> ProducerIdSource {
     Arc::new(move || {
         let (catalog, cluster) = (catalog.clone(), cluster.clone());
         Box::pin(async move {

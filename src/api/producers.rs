@@ -50,7 +50,7 @@ fn filter_describe_producers(b: &Broker, cx: &Ctx<'_>, resp: &mut DescribeProduc
     }
 }
 
-pub fn describe_producers(
+pub(super) fn describe_producers(
     broker: &Broker,
     req: DescribeProducersRequest,
 ) -> DescribeProducersResponse {

@@ -43,7 +43,7 @@ error_codes! {
 
 const METADATA_TOPIC: &str = "__cluster_metadata";
 
-pub fn describe_quorum(
+pub(super) fn describe_quorum(
     broker: &Broker,
     req: DescribeQuorumRequest,
     version: i16,

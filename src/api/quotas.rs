@@ -46,7 +46,7 @@ fn text(s: impl Into<String>) -> Option<StrBytes> {
 }
 
 /// How long the request's sender must now wait, after using `amount` more.
-pub fn throttle(
+pub(super) fn throttle(
     b: &Broker,
     principal: &Principal,
     client_id: &str,
@@ -64,14 +64,14 @@ pub fn throttle(
     t
 }
 
-pub fn millis(t: Duration) -> i32 {
+pub(super) fn millis(t: Duration) -> i32 {
     t.as_millis().min(i32::MAX as u128) as i32
 }
 
 /// Charges one request's handler time to its client's `request_percentage`
 /// quota. Made only while some quota is set, so that a broker without
 /// quotas neither clones the principal nor reads the clock per request.
-pub struct RequestMeter {
+pub(super) struct RequestMeter {
     broker: Arc<Broker>,
     principal: Principal,
     client_id: String,
@@ -79,7 +79,7 @@ pub struct RequestMeter {
 }
 
 impl RequestMeter {
-    pub fn new(b: &Arc<Broker>, cx: &Ctx<'_>) -> Option<RequestMeter> {
+    pub(super) fn new(b: &Arc<Broker>, cx: &Ctx<'_>) -> Option<RequestMeter> {
         if b.access.doc().quotas.is_empty() {
             return None;
         }
@@ -92,18 +92,18 @@ impl RequestMeter {
     }
 
     /// The broker's clock, which times what requests cost.
-    pub fn now(&self) -> Instant {
+    pub(super) fn now(&self) -> Instant {
         self.broker.clock.now()
     }
 
-    pub fn since(&self, started: Instant) -> Duration {
+    pub(super) fn since(&self, started: Instant) -> Duration {
         self.now().saturating_duration_since(started)
     }
 
     /// Records `busy` and puts the resulting throttle into the response.
     /// Responses without `throttle_time_ms` (SASL, WriteTxnMarkers) are
     /// exempt, as in Kafka.
-    pub fn charge(&self, response: &mut impl Throttled, busy: Duration) {
+    pub(super) fn charge(&self, response: &mut impl Throttled, busy: Duration) {
         let Some(field) = response.throttle_time_ms() else {
             return;
         };
@@ -121,7 +121,7 @@ impl RequestMeter {
 
 /// Polls `f` and adds up the time spent in its polls when metered: what a
 /// request costs the broker's threads, without the time it waits.
-pub async fn busy_time<F: std::future::Future>(
+pub(super) async fn busy_time<F: std::future::Future>(
     f: F,
     meter: Option<&RequestMeter>,
 ) -> (F::Output, Duration) {
@@ -141,7 +141,7 @@ pub async fn busy_time<F: std::future::Future>(
 }
 
 /// A response whose client can be told to back off.
-pub trait Throttled {
+pub(super) trait Throttled {
     fn throttle_time_ms(&mut self) -> Option<&mut i32>;
 }
 
@@ -198,7 +198,7 @@ fn entity_of(parts: impl Iterator<Item = (String, Option<String>)>) -> Result<Qu
     Ok(e)
 }
 
-pub fn describe_client_quotas(
+pub(super) fn describe_client_quotas(
     b: &Broker,
     req: DescribeClientQuotasRequest,
     cx: &Ctx<'_>,
@@ -270,7 +270,7 @@ pub fn describe_client_quotas(
 /// An entry's entity and its changes (`None` removes the key), or why it is refused.
 type Checked = Result<(QuotaEntity, Vec<(String, Option<f64>)>), (i16, String)>;
 
-pub fn alter_client_quotas(
+pub(super) fn alter_client_quotas(
     b: &Arc<Broker>,
     req: AlterClientQuotasRequest,
     cx: &Ctx<'_>,

@@ -80,11 +80,11 @@ fn alter_denied(r: &AlterUserScramCredentialsRequest) -> AlterUserScramCredentia
 /// SaslHandshake on a connection that does not use SASL, or again after a
 /// completed authentication while re-authentication is not under way:
 /// Kafka answers ILLEGAL_SASL_STATE.
-pub fn sasl_handshake_out_of_place() -> SaslHandshakeResponse {
+pub(super) fn sasl_handshake_out_of_place() -> SaslHandshakeResponse {
     SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code())
 }
 
-pub fn sasl_authenticate_out_of_place() -> SaslAuthenticateResponse {
+pub(super) fn sasl_authenticate_out_of_place() -> SaslAuthenticateResponse {
     SaslAuthenticateResponse::default()
         .with_error_code(ResponseError::IllegalSaslState.code())
         .with_error_message(Some(StrBytes::from_static_str(
@@ -96,7 +96,7 @@ fn msg(s: impl Into<String>) -> Option<StrBytes> {
     Some(StrBytes::from_string(s.into()))
 }
 
-pub async fn describe(
+pub(super) async fn describe(
     broker: Arc<Broker>,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
@@ -160,7 +160,7 @@ pub async fn describe(
     DescribeUserScramCredentialsResponse::default().with_results(results)
 }
 
-pub async fn alter(
+pub(super) async fn alter(
     broker: Arc<Broker>,
     req: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {

@@ -191,7 +191,7 @@ fn catalog_error(e: CatalogError) -> (i16, String) {
     (catalog_error_code(&e), e.to_string())
 }
 
-pub async fn create_topics(
+pub(super) async fn create_topics(
     broker: Arc<Broker>,
     req: CreateTopicsRequest,
     version: i16,
@@ -272,7 +272,7 @@ fn config_entries(config: &TopicConfig) -> Vec<CreatableTopicConfigs> {
         .collect()
 }
 
-pub async fn delete_topics(
+pub(super) async fn delete_topics(
     broker: Arc<Broker>,
     req: DeleteTopicsRequest,
     version: i16,
@@ -325,7 +325,7 @@ pub async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
-pub async fn create_partitions(
+pub(super) async fn create_partitions(
     broker: Arc<Broker>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {

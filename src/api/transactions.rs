@@ -316,7 +316,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// InitProducerId for a transactional producer.
-pub async fn init_producer_id(
+pub(super) async fn init_producer_id(
     broker: Arc<Broker>,
     req: InitProducerIdRequest,
     version: i16,
@@ -434,7 +434,7 @@ async fn add_one(
 
 /// AddPartitionsToTxn: v0–v3 from a producer (one transaction), v4+ batched
 /// (several transactions, possibly verify-only, as brokers send them).
-pub async fn add_partitions_to_txn(
+pub(super) async fn add_partitions_to_txn(
     broker: Arc<Broker>,
     req: AddPartitionsToTxnRequest,
     version: i16,
@@ -480,7 +480,7 @@ fn offsets_partition() -> (String, i32) {
 }
 
 /// AddOffsetsToTxn: the group's offsets partition joins the transaction.
-pub async fn add_offsets_to_txn(
+pub(super) async fn add_offsets_to_txn(
     broker: Arc<Broker>,
     req: AddOffsetsToTxnRequest,
     version: i16,
@@ -504,7 +504,7 @@ pub async fn add_offsets_to_txn(
 
 /// TxnOffsetCommit: offsets kept pending in the group coordinator until the
 /// transaction's COMMIT marker reaches `__consumer_offsets`.
-pub async fn txn_offset_commit(
+pub(super) async fn txn_offset_commit(
     broker: Arc<Broker>,
     req: TxnOffsetCommitRequest,
     version: i16,
@@ -607,7 +607,11 @@ pub async fn txn_offset_commit(
 }
 
 /// EndTxn: answered once PrepareCommit/PrepareAbort is durable.
-pub async fn end_txn(broker: Arc<Broker>, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub(super) async fn end_txn(
+    broker: Arc<Broker>,
+    req: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let result = broker
         .txn
         .end_txn(
@@ -621,7 +625,7 @@ pub async fn end_txn(broker: Arc<Broker>, req: EndTxnRequest, version: i16) -> E
 }
 
 /// DescribeTransactions.
-pub fn describe_transactions(
+pub(super) fn describe_transactions(
     broker: &Broker,
     req: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
@@ -660,7 +664,7 @@ pub fn describe_transactions(
 
 /// ListTransactions: the transactions this broker coordinates, filtered
 /// by state, producer id, running time (v1+) and id pattern (v2+).
-pub fn list_transactions(
+pub(super) fn list_transactions(
     broker: &Broker,
     req: ListTransactionsRequest,
     version: i16,
@@ -723,7 +727,7 @@ pub fn list_transactions(
 /// Writes the markers of every finished transaction the coordinator queues,
 /// each in its own task, until `stop`. `delay` holds them back after the
 /// EndTxn answer (tests kill the broker in that window).
-pub async fn run_markers(
+pub(crate) async fn run_markers(
     broker: Arc<Broker>,
     mut jobs: mpsc::UnboundedReceiver<MarkerJob>,
     delay: Duration,

@@ -102,7 +102,7 @@ fn authorize_write_txn_markers(
 /// with `request.timeout.ms`, 30 s by default).
 const MARKER_TIMEOUT_MS: i32 = 30_000;
 
-pub async fn write_txn_markers(
+pub(super) async fn write_txn_markers(
     broker: Arc<Broker>,
     req: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {

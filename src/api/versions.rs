@@ -27,11 +27,11 @@ fn api_list() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn response() -> ApiVersionsResponse {
+pub(super) fn response() -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(api_list())
 }
 
-pub fn unsupported_version_response() -> ApiVersionsResponse {
+pub(super) fn unsupported_version_response() -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
         .with_api_keys(api_list())

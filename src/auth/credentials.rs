@@ -20,19 +20,19 @@ use super::scram::{Credential, Mechanism};
 use super::AuthError;
 
 /// A user's credentials, by mechanism name.
-pub type UserCredentials = BTreeMap<String, Credential>;
+pub(crate) type UserCredentials = BTreeMap<String, Credential>;
 
-pub const STORE_KEY: &str = "security/scram-credentials.json";
+pub(crate) const STORE_KEY: &str = "security/scram-credentials.json";
 
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One change of AlterUserScramCredentials.
-pub enum Change {
+pub(crate) enum Change {
     Upsert(Mechanism, Credential),
     Delete(Mechanism),
 }
 
-pub struct Credentials {
+pub(crate) struct Credentials {
     backend: Backend,
     /// Every user's credentials (object-store backend only).
     cache: RwLock<BTreeMap<String, UserCredentials>>,
@@ -53,7 +53,7 @@ fn store_err(e: impl std::fmt::Display) -> AuthError {
 }
 
 impl Credentials {
-    pub async fn open_store(store: Arc<dyn ObjectStore>) -> Result<Credentials, AuthError> {
+    pub(crate) async fn open_store(store: Arc<dyn ObjectStore>) -> Result<Credentials, AuthError> {
         let cache = match store.get(&Path::from(STORE_KEY)).await {
             Ok(got) => {
                 let bytes = got.bytes().await.map_err(store_err)?;
@@ -70,7 +70,7 @@ impl Credentials {
     }
 
     /// `root` is the cluster's etcd prefix with its trailing `/`.
-    pub fn open_etcd(client: etcd_client::Client, root: &str) -> Credentials {
+    pub(crate) fn open_etcd(client: etcd_client::Client, root: &str) -> Credentials {
         Credentials {
             backend: Backend::Etcd {
                 client: Box::new(client),
@@ -82,7 +82,7 @@ impl Credentials {
     }
 
     /// One user's credentials (empty when the user has none).
-    pub async fn user(&self, name: &str) -> Result<UserCredentials, AuthError> {
+    pub(crate) async fn user(&self, name: &str) -> Result<UserCredentials, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().get(name).cloned().unwrap_or_default()),
             Backend::Etcd { client, prefix } => {
@@ -101,7 +101,7 @@ impl Credentials {
     }
 
     /// Every user that has a credential.
-    pub async fn all(&self) -> Result<BTreeMap<String, UserCredentials>, AuthError> {
+    pub(crate) async fn all(&self) -> Result<BTreeMap<String, UserCredentials>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().clone()),
             Backend::Etcd { client, prefix } => {
@@ -127,7 +127,7 @@ impl Credentials {
     }
 
     /// Applies changes to several users and makes them durable before returning.
-    pub async fn alter(&self, changes: Vec<(String, Change)>) -> Result<(), AuthError> {
+    pub(crate) async fn alter(&self, changes: Vec<(String, Change)>) -> Result<(), AuthError> {
         if changes.is_empty() {
             return Ok(());
         }
@@ -192,7 +192,7 @@ impl Credentials {
 /// The form of `kafka-storage.sh format --add-scram`:
 /// `SCRAM-SHA-512=[name=alice,password=secret]`, optionally `iterations=N`
 /// (the salt is always drawn at random).
-pub fn parse_add_scram(s: &str) -> Result<(Mechanism, String, String, i32), String> {
+pub(crate) fn parse_add_scram(s: &str) -> Result<(Mechanism, String, String, i32), String> {
     let (mech, rest) = s
         .split_once('=')
         .ok_or_else(|| format!("expected MECHANISM=[name=...,password=...] in {s:?}"))?;

@@ -13,11 +13,11 @@
 //! `kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[password=...]'`
 //! gives a user both mechanisms and no password is ever stored.
 
-pub mod client;
-pub mod credentials;
-pub mod sasl;
-pub mod scram;
-pub mod tls;
+pub(crate) mod client;
+pub(crate) mod credentials;
+pub(crate) mod sasl;
+pub(crate) mod scram;
+pub(crate) mod tls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {

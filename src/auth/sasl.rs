@@ -16,12 +16,12 @@ use super::credentials::Credentials;
 use super::scram::{ClientFirst, Credential, Mechanism, ServerExchange};
 use super::AuthError;
 
-pub const PLAIN: &str = "PLAIN";
+pub(crate) const PLAIN: &str = "PLAIN";
 
 /// Every mechanism this broker implements, in the order a handshake lists them.
-pub const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub(crate) const MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
-pub enum Step {
+pub(crate) enum Step {
     /// Send this token and wait for the client's next one.
     Challenge(Vec<u8>),
     /// Authenticated as `user`; send the final token.
@@ -29,7 +29,7 @@ pub enum Step {
 }
 
 /// One authentication in progress.
-pub enum Exchange {
+pub(crate) enum Exchange {
     Plain,
     ScramFirst(Mechanism),
     ScramFinal {
@@ -43,7 +43,7 @@ pub enum Exchange {
 
 impl Exchange {
     /// The exchange for a mechanism name a handshake chose, if implemented.
-    pub fn start(mechanism: &str) -> Option<Exchange> {
+    pub(crate) fn start(mechanism: &str) -> Option<Exchange> {
         if mechanism == PLAIN {
             return Some(Exchange::Plain);
         }
@@ -51,7 +51,7 @@ impl Exchange {
     }
 
     /// Feeds the client's next token.
-    pub async fn step(
+    pub(crate) async fn step(
         &mut self,
         credentials: &Arc<Credentials>,
         token: &[u8],

@@ -19,8 +19,8 @@ use subtle::ConstantTimeEq;
 use super::AuthError;
 
 /// Kafka's bounds on the iteration count (ScramMechanism.minIterations/maxIterations).
-pub const MIN_ITERATIONS: i32 = 4096;
-pub const MAX_ITERATIONS: i32 = 16384;
+pub(crate) const MIN_ITERATIONS: i32 = 4096;
+pub(crate) const MAX_ITERATIONS: i32 = 16384;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mechanism {
@@ -95,7 +95,7 @@ impl Mechanism {
 
 /// What the broker keeps for one user and mechanism.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Credential {
+pub(crate) struct Credential {
     #[serde(with = "b64")]
     pub salt: Vec<u8>,
     #[serde(with = "b64")]
@@ -106,7 +106,7 @@ pub struct Credential {
 }
 
 impl Credential {
-    pub fn from_salted_password(
+    pub(crate) fn from_salted_password(
         mechanism: Mechanism,
         salt: &[u8],
         salted_password: &[u8],
@@ -121,7 +121,7 @@ impl Credential {
         }
     }
 
-    pub fn from_password(
+    pub(crate) fn from_password(
         mechanism: Mechanism,
         password: &str,
         salt: &[u8],
@@ -132,7 +132,7 @@ impl Credential {
     }
 
     /// Whether `password` is the one this credential was made from (SASL/PLAIN).
-    pub fn matches_password(&self, mechanism: Mechanism, password: &str) -> bool {
+    pub(crate) fn matches_password(&self, mechanism: Mechanism, password: &str) -> bool {
         let other = Credential::from_password(mechanism, password, &self.salt, self.iterations);
         bool::from(other.stored_key.ct_eq(&self.stored_key))
     }
@@ -143,11 +143,11 @@ mod b64 {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&STANDARD.encode(bytes))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s = String::deserialize(d)?;
         STANDARD.decode(s).map_err(serde::de::Error::custom)
     }
@@ -198,7 +198,7 @@ fn attributes(message: &str) -> Result<Vec<(char, &str)>, AuthError> {
 
 /// The parsed client-first message.
 #[derive(Debug)]
-pub struct ClientFirst {
+pub(crate) struct ClientFirst {
     pub user: String,
     pub nonce: String,
     /// The message without its GS2 header, which the proof covers.
@@ -206,7 +206,7 @@ pub struct ClientFirst {
 }
 
 impl ClientFirst {
-    pub fn parse(message: &[u8]) -> Result<ClientFirst, AuthError> {
+    pub(crate) fn parse(message: &[u8]) -> Result<ClientFirst, AuthError> {
         let message =
             std::str::from_utf8(message).map_err(|_| AuthError::Malformed("not UTF-8"))?;
         // gs2-header: channel binding flag, optional authzid, then the bare message.
@@ -239,7 +239,7 @@ impl ClientFirst {
 }
 
 /// A server's exchange after the client-first message and the credential lookup.
-pub struct ServerExchange {
+pub(crate) struct ServerExchange {
     mechanism: Mechanism,
     credential: Credential,
     client_first_bare: String,
@@ -249,7 +249,7 @@ pub struct ServerExchange {
 
 impl ServerExchange {
     /// `server_nonce` is random bytes of the server's choosing.
-    pub fn new(
+    pub(crate) fn new(
         mechanism: Mechanism,
         client: ClientFirst,
         credential: Credential,
@@ -270,12 +270,12 @@ impl ServerExchange {
         }
     }
 
-    pub fn server_first(&self) -> &[u8] {
+    pub(crate) fn server_first(&self) -> &[u8] {
         self.server_first.as_bytes()
     }
 
     /// Checks the client-final message; on success, the server-final message.
-    pub fn finish(&self, client_final: &[u8]) -> Result<Vec<u8>, AuthError> {
+    pub(crate) fn finish(&self, client_final: &[u8]) -> Result<Vec<u8>, AuthError> {
         let message =
             std::str::from_utf8(client_final).map_err(|_| AuthError::Malformed("not UTF-8"))?;
         let (without_proof, proof) = message
@@ -315,7 +315,7 @@ impl ServerExchange {
 
 /// The client side: the broker's own connections to a SCRAM listener
 /// (inter-broker), and the tests of the server side.
-pub mod client {
+pub(crate) mod client {
     use super::*;
 
     pub struct Client {

@@ -21,7 +21,7 @@ use super::AuthError;
 
 /// Whether an SSL listener asks clients for a certificate (ssl.client.auth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientAuth {
+pub(crate) enum ClientAuth {
     Required,
     Requested,
     None,
@@ -42,7 +42,7 @@ fn roots(ca: &Path) -> Result<RootCertStore, AuthError> {
 }
 
 /// The server side of every TLS listener.
-pub fn server_config(
+pub(crate) fn server_config(
     cert: &Path,
     key: &Path,
     ca: Option<&Path>,
@@ -89,7 +89,7 @@ pub fn server_config(
 /// it trusts `ca` (without one, the system's CAs, as librdkafka does) and
 /// presents the broker's certificate, so that a listener requiring client
 /// certificates admits it (as the certificate's subject).
-pub fn client_config(
+pub(crate) fn client_config(
     ca: Option<&Path>,
     cert: &Path,
     key: &Path,
@@ -119,7 +119,7 @@ pub fn client_config(
 
 /// The RFC 2253 subject of a DER certificate: RDNs last to first, joined by
 /// commas, values escaped.
-pub fn subject_dn(der: &[u8]) -> Option<String> {
+pub(crate) fn subject_dn(der: &[u8]) -> Option<String> {
     use x509_parser::prelude::*;
     let (_, cert) = X509Certificate::from_der(der).ok()?;
     let mut rdns = Vec::new();

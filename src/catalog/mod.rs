@@ -7,7 +7,7 @@
 //! directory out of the way first, then removes it in the background.
 
 pub mod config;
-pub mod producer_ids;
+pub(crate) mod producer_ids;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -13,14 +13,17 @@ use crate::log::LogError;
 
 const BLOCK: i64 = 1000;
 
-pub struct ProducerIdAllocator {
+pub(crate) struct ProducerIdAllocator {
     path: PathBuf,
     state: Mutex<(i64, i64)>,
 }
 
 impl ProducerIdAllocator {
     /// `max_seen` is the largest producer id found in any partition's log.
-    pub fn open(path: &Path, max_seen: Option<i64>) -> Result<ProducerIdAllocator, LogError> {
+    pub(crate) fn open(
+        path: &Path,
+        max_seen: Option<i64>,
+    ) -> Result<ProducerIdAllocator, LogError> {
         let reserved = std::fs::read_to_string(path)
             .ok()
             .and_then(|s| s.trim().parse::<i64>().ok())
@@ -32,7 +35,7 @@ impl ProducerIdAllocator {
         })
     }
 
-    pub fn allocate(&self) -> Result<i64, LogError> {
+    pub(crate) fn allocate(&self) -> Result<i64, LogError> {
         let mut st = self.state.lock();
         let (next, reserved_end) = *st;
         if next >= reserved_end {

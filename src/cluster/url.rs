@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use super::error::ClusterError;
 
-pub const DEFAULT_PREFIX: &str = "/strata";
-pub const DEFAULT_PORT: u16 = 2379;
+pub(super) const DEFAULT_PREFIX: &str = "/strata";
+pub(super) const DEFAULT_PORT: u16 = 2379;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterUrl {

@@ -26,12 +26,12 @@
 //! the tier nor the tier this module. Nothing here touches the produce or
 //! fetch path: record batches are only decompressed here, off to the side.
 
-pub mod io;
+pub(crate) mod io;
 pub mod job;
 pub mod levels;
-pub mod merge;
+pub(crate) mod merge;
 pub mod policy;
-pub mod scheduler;
+pub(crate) mod scheduler;
 pub mod store_source;
 pub mod worker;
 

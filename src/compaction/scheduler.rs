@@ -25,7 +25,7 @@ use crate::catalog::{Catalog, CatalogError, Topic, TopicSpec};
 use crate::clock::SharedClock;
 
 /// Whether this broker tends a partition (topic id, index).
-pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
+pub(crate) type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
 use crate::format::batch::encode_batch;
 use crate::log::LogError;
 use crate::manifest::Manifest;
@@ -46,7 +46,7 @@ struct Outstanding {
 }
 
 #[derive(Clone)]
-pub struct SchedulerSettings {
+pub(crate) struct SchedulerSettings {
     pub delete_delay_ms: u64,
     pub max_run_ms: u64,
     /// A job not finished after this long is queued again.
@@ -56,7 +56,7 @@ pub struct SchedulerSettings {
     pub scope: Option<Scope>,
 }
 
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     catalog: Arc<Catalog>,
     settings: SchedulerSettings,
     clock: SharedClock,
@@ -66,7 +66,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// The job topic: jobs kept a day, never merged themselves.
-    pub fn topic_spec() -> TopicSpec {
+    pub(crate) fn topic_spec() -> TopicSpec {
         TopicSpec {
             name: JOBS_TOPIC,
             partitions: JOB_PARTITIONS,
@@ -80,7 +80,7 @@ impl Scheduler {
     }
 
     /// Creates the job topic on first start.
-    pub fn open(
+    pub(crate) fn open(
         catalog: Arc<Catalog>,
         settings: SchedulerSettings,
         clock: SharedClock,
@@ -98,7 +98,7 @@ impl Scheduler {
     /// The merges the topic's policy wants for this manifest, leaving out
     /// those queued recently. Jobs whose sources left the manifest are
     /// done (or stale) and forgotten.
-    pub fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Vec<JobSpec> {
+    pub(crate) fn due(&self, topic: &Topic, partition: i32, manifest: &Manifest) -> Vec<JobSpec> {
         let key = (topic.id(), partition);
         let config = topic.config();
         // Nothing at or past the last stable offset is merged: an undecided
@@ -159,7 +159,7 @@ impl Scheduler {
     /// partition's jobs go to. Every partition thus has one scheduler, even
     /// one whose leader leads no job partition (a cluster may have more
     /// brokers than the job topic has partitions).
-    pub fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
+    pub(crate) fn tends(&self, topic_id: Uuid, partition: i32) -> bool {
         let Some(serves) = &self.settings.scope else {
             return true;
         };
@@ -172,7 +172,7 @@ impl Scheduler {
     /// Appends the job to the job topic, to the partition its key hashes to
     /// (in a cluster, unless another broker took that partition meanwhile:
     /// then not queued now, and it comes up again there).
-    pub fn queue(&self, job: JobSpec) -> Result<(), LogError> {
+    pub(crate) fn queue(&self, job: JobSpec) -> Result<(), LogError> {
         let topic = self
             .catalog
             .topic(JOBS_TOPIC)
@@ -220,7 +220,7 @@ impl Scheduler {
 
     /// Whether jobs are outstanding for the partition and its manifest was
     /// not reread for a while (a worker elsewhere may have finished them).
-    pub fn should_check(&self, topic_id: Uuid, partition: i32) -> bool {
+    pub(crate) fn should_check(&self, topic_id: Uuid, partition: i32) -> bool {
         let now = self.clock.now();
         let mut outstanding = self.outstanding.lock();
         match outstanding.get_mut(&(topic_id, partition)) {
@@ -234,12 +234,12 @@ impl Scheduler {
 
     /// Jobs this broker queued that no manifest has shown done yet: the
     /// compaction queue as far as this broker can tell.
-    pub fn outstanding_jobs(&self) -> usize {
+    pub(crate) fn outstanding_jobs(&self) -> usize {
         self.outstanding.lock().values().map(|o| o.jobs.len()).sum()
     }
 
     /// Whether any job was ever queued (the broker's worker starts then).
-    pub fn has_jobs(&self) -> bool {
+    pub(crate) fn has_jobs(&self) -> bool {
         self.catalog.topic(JOBS_TOPIC).is_some_and(|t| {
             t.partitions()
                 .iter()

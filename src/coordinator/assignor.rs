@@ -15,13 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 /// Partitions by topic id.
-pub type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
+pub(crate) type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
 
-pub const UNIFORM: &str = "uniform";
-pub const RANGE: &str = "range";
+pub(crate) const UNIFORM: &str = "uniform";
+pub(crate) const RANGE: &str = "range";
 
 /// One member as the assignor sees it.
-pub struct AssignorMember<'a> {
+pub(crate) struct AssignorMember<'a> {
     pub id: &'a str,
     /// Subscribed topics that exist.
     pub topics: BTreeSet<Uuid>,
@@ -31,7 +31,7 @@ pub struct AssignorMember<'a> {
 
 /// The target assignment of every member (members with nothing get an empty
 /// one). `topics` maps each subscribed topic to its partition count.
-pub fn assign(
+pub(crate) fn assign(
     name: &str,
     members: &[AssignorMember<'_>],
     topics: &BTreeMap<Uuid, i32>,

@@ -38,11 +38,11 @@ use super::records::{
 };
 use super::CoordinatorError;
 
-pub const LEAVE_EPOCH: i32 = -1;
-pub const STATIC_LEAVE_EPOCH: i32 = -2;
+pub(crate) const LEAVE_EPOCH: i32 = -1;
+pub(crate) const STATIC_LEAVE_EPOCH: i32 = -2;
 
 /// Records for `__consumer_offsets`, in the order to append them.
-pub type Records = Vec<(RecordKey, Option<Bytes>)>;
+pub(crate) type Records = Vec<(RecordKey, Option<Bytes>)>;
 
 /// Kafka's group.consumer.* broker settings.
 #[derive(Debug, Clone)]
@@ -72,7 +72,7 @@ impl Default for ConsumerGroupConfig {
 
 /// A topic as the group sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicMeta {
+pub(crate) struct TopicMeta {
     pub id: Uuid,
     pub partitions: i32,
     /// Internal topics are never matched by a regex subscription.
@@ -80,10 +80,10 @@ pub struct TopicMeta {
 }
 
 /// Every topic, by name.
-pub type Topics = BTreeMap<String, TopicMeta>;
+pub(crate) type Topics = BTreeMap<String, TopicMeta>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemberState {
+pub(crate) enum MemberState {
     /// At the target epoch with every partition of its target it can have.
     Stable,
     /// Must revoke partitions before moving to the target epoch.
@@ -111,7 +111,7 @@ impl MemberState {
 }
 
 #[derive(Debug, Clone)]
-pub struct Member {
+pub(crate) struct Member {
     pub id: String,
     pub instance_id: Option<String>,
     pub rack_id: Option<String>,
@@ -190,7 +190,7 @@ impl Member {
 /// A ConsumerGroupHeartbeat, decoded. `None` fields did not change since
 /// the member's last heartbeat.
 #[derive(Debug, Clone, Default)]
-pub struct HeartbeatParams {
+pub(crate) struct HeartbeatParams {
     pub member_id: String,
     pub member_epoch: i32,
     pub instance_id: Option<String>,
@@ -207,7 +207,7 @@ pub struct HeartbeatParams {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeartbeatResult {
+pub(crate) struct HeartbeatResult {
     pub member_id: String,
     pub member_epoch: i32,
     pub heartbeat_interval_ms: i32,
@@ -218,7 +218,11 @@ pub struct HeartbeatResult {
 /// Checks the fields Kafka requires (INVALID_REQUEST otherwise).
 /// `version` is the ConsumerGroupHeartbeat version: from v1 the client
 /// generates its member id.
-pub fn validate(group_id: &str, p: &HeartbeatParams, version: i16) -> Result<(), CoordinatorError> {
+pub(crate) fn validate(
+    group_id: &str,
+    p: &HeartbeatParams,
+    version: i16,
+) -> Result<(), CoordinatorError> {
     let invalid = |m: &str| Err(CoordinatorError::InvalidRequest(m.to_string()));
     if group_id.is_empty() {
         return invalid("GroupId can't be empty.");
@@ -257,12 +261,12 @@ pub fn validate(group_id: &str, p: &HeartbeatParams, version: i16) -> Result<(),
 
 /// Kafka matches a subscription regex against whole topic names (RE2J's
 /// `matches`); Rust's regex crate has RE2's syntax.
-pub fn compile_regex(regex: &str) -> Result<regex::Regex, CoordinatorError> {
+pub(crate) fn compile_regex(regex: &str) -> Result<regex::Regex, CoordinatorError> {
     regex::Regex::new(&format!("^(?:{regex})$"))
         .map_err(|e| CoordinatorError::InvalidRegularExpression(e.to_string()))
 }
 
-pub struct ConsumerGroup {
+pub(crate) struct ConsumerGroup {
     pub id: String,
     pub epoch: i32,
     pub assignment_epoch: i32,
@@ -277,7 +281,7 @@ pub struct ConsumerGroup {
 }
 
 impl ConsumerGroup {
-    pub fn new(id: &str, now_ms: i64) -> ConsumerGroup {
+    pub(crate) fn new(id: &str, now_ms: i64) -> ConsumerGroup {
         ConsumerGroup {
             id: id.to_string(),
             epoch: 0,
@@ -291,24 +295,24 @@ impl ConsumerGroup {
         }
     }
 
-    pub fn members(&self) -> impl Iterator<Item = &Member> {
+    pub(crate) fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
     }
 
-    pub fn member(&self, id: &str) -> Option<&Member> {
+    pub(crate) fn member(&self, id: &str) -> Option<&Member> {
         self.members.get(id)
     }
 
-    pub fn has_members(&self) -> bool {
+    pub(crate) fn has_members(&self) -> bool {
         !self.members.is_empty()
     }
 
-    pub fn target_of(&self, member_id: &str) -> Option<&Assignment> {
+    pub(crate) fn target_of(&self, member_id: &str) -> Option<&Assignment> {
         self.target.get(member_id)
     }
 
     /// Kafka's group states: Empty, Assigning, Reconciling, Stable.
-    pub fn state(&self) -> &'static str {
+    pub(crate) fn state(&self) -> &'static str {
         if self.members.is_empty() {
             "Empty"
         } else if self.epoch > self.assignment_epoch {
@@ -326,7 +330,7 @@ impl ConsumerGroup {
 
     /// The assignor the group uses: the one most members ask for, else the
     /// broker's default.
-    pub fn assignor(&self, cfg: &ConsumerGroupConfig) -> String {
+    pub(crate) fn assignor(&self, cfg: &ConsumerGroupConfig) -> String {
         let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
         for m in self.members.values() {
             if let Some(a) = &m.server_assignor {
@@ -384,7 +388,7 @@ impl ConsumerGroup {
     }
 
     /// Topic names the members subscribe to, resolved against `topics`.
-    pub fn subscribed_topics(&mut self, topics: &Topics) -> BTreeSet<String> {
+    pub(crate) fn subscribed_topics(&mut self, topics: &Topics) -> BTreeSet<String> {
         let ids: Vec<String> = self.members.keys().cloned().collect();
         ids.iter()
             .flat_map(|id| self.member_topics(id, topics))
@@ -412,7 +416,7 @@ impl ConsumerGroup {
     /// ConsumerGroupHeartbeat, validated with `validate`. New member ids
     /// (version 0 clients send none) come from `new_member_id`.
     #[allow(clippy::too_many_arguments)]
-    pub fn heartbeat(
+    pub(crate) fn heartbeat(
         &mut self,
         p: HeartbeatParams,
         now: Instant,
@@ -658,7 +662,7 @@ impl ConsumerGroup {
 
     /// Drops members (left, expired or fenced): their partitions are free
     /// at once, and the group epoch moves on.
-    pub fn remove_members(
+    pub(crate) fn remove_members(
         &mut self,
         ids: &[String],
         now_ms: i64,
@@ -858,7 +862,7 @@ impl ConsumerGroup {
 
     /// Members whose session lapsed, or that did not revoke within their
     /// rebalance timeout.
-    pub fn expired(&self, now: Instant, cfg: &ConsumerGroupConfig) -> Vec<String> {
+    pub(crate) fn expired(&self, now: Instant, cfg: &ConsumerGroupConfig) -> Vec<String> {
         self.members
             .values()
             .filter(|m| {
@@ -875,7 +879,7 @@ impl ConsumerGroup {
     }
 
     /// Tombstones of the group's own records, for deleting an empty group.
-    pub fn tombstones(&self) -> Records {
+    pub(crate) fn tombstones(&self) -> Records {
         vec![
             (
                 RecordKey::TargetAssignment {
@@ -894,12 +898,17 @@ impl ConsumerGroup {
 
     // Replay of the records above.
 
-    pub fn restore_group(&mut self, v: &ConsumerGroupValue) {
+    pub(crate) fn restore_group(&mut self, v: &ConsumerGroupValue) {
         self.epoch = v.epoch;
         self.metadata_hash = v.metadata_hash;
     }
 
-    pub fn restore_member(&mut self, id: &str, v: Option<ConsumerMemberValue>, now: Instant) {
+    pub(crate) fn restore_member(
+        &mut self,
+        id: &str,
+        v: Option<ConsumerMemberValue>,
+        now: Instant,
+    ) {
         let Some(v) = v else {
             self.members.remove(id);
             return;
@@ -919,7 +928,7 @@ impl ConsumerGroup {
         m.classic = v.classic;
     }
 
-    pub fn restore_target(&mut self, id: &str, v: Option<TopicPartitions>) {
+    pub(crate) fn restore_target(&mut self, id: &str, v: Option<TopicPartitions>) {
         match v {
             Some(v) => {
                 self.target.insert(id.to_string(), from_records(&v));
@@ -930,11 +939,16 @@ impl ConsumerGroup {
         }
     }
 
-    pub fn restore_assignment_epoch(&mut self, epoch: Option<i32>) {
+    pub(crate) fn restore_assignment_epoch(&mut self, epoch: Option<i32>) {
         self.assignment_epoch = epoch.unwrap_or(0);
     }
 
-    pub fn restore_current(&mut self, id: &str, v: Option<CurrentAssignmentValue>, now: Instant) {
+    pub(crate) fn restore_current(
+        &mut self,
+        id: &str,
+        v: Option<CurrentAssignmentValue>,
+        now: Instant,
+    ) {
         let Some(v) = v else { return };
         let m = self
             .members
@@ -949,7 +963,7 @@ impl ConsumerGroup {
 
     /// After replay: who owns what, and fresh timers (a restart costs no
     /// member its session).
-    pub fn finish_restore(&mut self, now: Instant) {
+    pub(crate) fn finish_restore(&mut self, now: Instant) {
         self.owners.clear();
         for m in self.members.values_mut() {
             m.last_seen = now;
@@ -966,7 +980,7 @@ impl ConsumerGroup {
 
 /// What a classic member's JoinGroup gets back from a consumer group.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClassicJoined {
+pub(crate) struct ClassicJoined {
     pub member_id: String,
     /// The member's epoch, which classic members use as their generation.
     pub generation: i32,
@@ -983,7 +997,7 @@ pub struct ClassicJoined {
 impl ConsumerGroup {
     /// Once the `leaving` members are gone, will there be members left, all
     /// of them speaking the classic protocol?
-    pub fn only_classic_members_without(&self, leaving: &[String]) -> bool {
+    pub(crate) fn only_classic_members_without(&self, leaving: &[String]) -> bool {
         let mut rest = self.members.values().filter(|m| !leaving.contains(&m.id));
         let mut any = false;
         let all = rest.all(|m| {
@@ -1052,7 +1066,7 @@ impl ConsumerGroup {
 
     /// JoinGroup from a classic member. New member ids come from `new_member_id`.
     #[allow(clippy::too_many_arguments)]
-    pub fn classic_join(
+    pub(crate) fn classic_join(
         &mut self,
         p: JoinParams,
         now: Instant,
@@ -1174,7 +1188,7 @@ impl ConsumerGroup {
     /// SyncGroup from a classic member: its current assignment, in the
     /// embedded consumer protocol at the version it subscribed with.
     #[allow(clippy::too_many_arguments)]
-    pub fn classic_sync(
+    pub(crate) fn classic_sync(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -1213,7 +1227,7 @@ impl ConsumerGroup {
     /// Heartbeat from a classic member: REBALANCE_IN_PROGRESS when it must
     /// rejoin to catch up with the group epoch, finish revoking, or collect
     /// partitions that have been released to it.
-    pub fn classic_heartbeat(
+    pub(crate) fn classic_heartbeat(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -1240,7 +1254,7 @@ impl ConsumerGroup {
 
     /// The member a LeaveGroup names (of either kind: the admin client
     /// removes members this way too).
-    pub fn leaving_member(
+    pub(crate) fn leaving_member(
         &self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -1263,7 +1277,7 @@ impl ConsumerGroup {
     /// A classic group's members, as consumer-group members that keep their
     /// assignment at epoch = the generation (Kafka's fromClassicGroup). The
     /// records that write the new group out are appended to `records`.
-    pub fn from_classic(
+    pub(crate) fn from_classic(
         g: &super::group::Group,
         topics: &Topics,
         now: Instant,
@@ -1360,7 +1374,7 @@ impl ConsumerGroup {
 
     /// Tombstones of every record of the group and its members (the group
     /// goes back to the classic protocol).
-    pub fn all_tombstones(&self) -> Records {
+    pub(crate) fn all_tombstones(&self) -> Records {
         let mut records = Records::new();
         for id in self.members.keys() {
             for key in [8, 7, 5] {
@@ -1391,14 +1405,14 @@ fn is_subset(a: &Assignment, of: &Assignment) -> bool {
         .all(|(t, ps)| ps.is_empty() || of.get(t).is_some_and(|o| ps.is_subset(o)))
 }
 
-pub fn to_records(a: &Assignment) -> TopicPartitions {
+pub(crate) fn to_records(a: &Assignment) -> TopicPartitions {
     a.iter()
         .filter(|(_, ps)| !ps.is_empty())
         .map(|(t, ps)| (*t, ps.iter().copied().collect()))
         .collect()
 }
 
-pub fn from_records(tps: &TopicPartitions) -> Assignment {
+pub(crate) fn from_records(tps: &TopicPartitions) -> Assignment {
     let mut a = Assignment::new();
     for (t, ps) in tps {
         if !ps.is_empty() {

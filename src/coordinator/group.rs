@@ -21,7 +21,7 @@ use super::{CoordinatorConfig, CoordinatorError};
 use crate::clock::Random;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupState {
+pub(crate) enum GroupState {
     Empty,
     PreparingRebalance,
     CompletingRebalance,
@@ -29,7 +29,7 @@ pub enum GroupState {
 }
 
 impl GroupState {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GroupState::Empty => "Empty",
             GroupState::PreparingRebalance => "PreparingRebalance",
@@ -41,7 +41,7 @@ impl GroupState {
 
 /// A JoinGroup request, decoded.
 #[derive(Debug, Clone)]
-pub struct JoinParams {
+pub(crate) struct JoinParams {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub client_id: String,
@@ -55,7 +55,7 @@ pub struct JoinParams {
 }
 
 #[derive(Debug, Clone)]
-pub struct JoinResult {
+pub(crate) struct JoinResult {
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -66,22 +66,22 @@ pub struct JoinResult {
 }
 
 #[derive(Debug, Clone)]
-pub struct SyncResult {
+pub(crate) struct SyncResult {
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
-pub type JoinReply = Result<JoinResult, CoordinatorError>;
-pub type SyncReply = Result<SyncResult, CoordinatorError>;
+pub(crate) type JoinReply = Result<JoinResult, CoordinatorError>;
+pub(crate) type SyncReply = Result<SyncResult, CoordinatorError>;
 
-pub enum Pending<T> {
+pub(crate) enum Pending<T> {
     Ready(Result<T, CoordinatorError>),
     Wait(oneshot::Receiver<Result<T, CoordinatorError>>),
 }
 
 #[derive(Debug)]
-pub struct Member {
+pub(crate) struct Member {
     pub id: String,
     pub instance_id: Option<String>,
     pub client_id: String,
@@ -97,7 +97,7 @@ pub struct Member {
 
 impl Member {
     /// The member's metadata for `protocol` (its subscription).
-    pub fn metadata(&self, protocol: &str) -> Bytes {
+    pub(crate) fn metadata(&self, protocol: &str) -> Bytes {
         self.protocols
             .iter()
             .find(|(n, _)| n == protocol)
@@ -115,7 +115,7 @@ struct Rebalance {
     initial_delay_until: Option<Instant>,
 }
 
-pub struct Group {
+pub(crate) struct Group {
     pub id: String,
     pub state: GroupState,
     pub protocol_type: Option<String>,
@@ -139,7 +139,7 @@ pub struct Group {
 }
 
 impl Group {
-    pub fn new(id: &str, now_ms: i64) -> Group {
+    pub(crate) fn new(id: &str, now_ms: i64) -> Group {
         Group {
             id: id.to_string(),
             state: GroupState::Empty,
@@ -160,7 +160,7 @@ impl Group {
 
     /// Rebuilds a group from its last stored metadata: members come back as
     /// they were, with fresh session timers, so a restart causes no rebalance.
-    pub fn restore(id: &str, v: &GroupValue, now: Instant) -> Group {
+    pub(crate) fn restore(id: &str, v: &GroupValue, now: Instant) -> Group {
         let mut g = Group::new(id, v.current_state_timestamp);
         g.protocol_type = Some(v.protocol_type.clone()).filter(|p| !p.is_empty());
         g.protocol = v.protocol.clone();
@@ -190,7 +190,7 @@ impl Group {
         g
     }
 
-    pub fn to_value(&self) -> GroupValue {
+    pub(crate) fn to_value(&self) -> GroupValue {
         let protocol = self.protocol.clone().unwrap_or_default();
         GroupValue {
             protocol_type: self.protocol_type.clone().unwrap_or_default(),
@@ -215,13 +215,13 @@ impl Group {
         }
     }
 
-    pub fn members(&self) -> impl Iterator<Item = &Member> {
+    pub(crate) fn members(&self) -> impl Iterator<Item = &Member> {
         self.members.values()
     }
 
     /// Answers every waiting JoinGroup and SyncGroup with
     /// REBALANCE_IN_PROGRESS (the group is changing protocol; they rejoin).
-    pub fn fail_waiters(&mut self) {
+    pub(crate) fn fail_waiters(&mut self) {
         for m in self.members.values_mut() {
             if let Some(w) = m.join_waiter.take() {
                 let _ = w.send(Err(CoordinatorError::RebalanceInProgress));
@@ -237,7 +237,7 @@ impl Group {
     /// generation is the group epoch, each member's assignment its target,
     /// and a rebalance starts at once so the members rejoin under the
     /// classic protocol. The `leaving` members are left out.
-    pub fn from_consumer(
+    pub(crate) fn from_consumer(
         cg: &super::consumer::ConsumerGroup,
         leaving: &[String],
         topics: &super::consumer::Topics,
@@ -278,7 +278,7 @@ impl Group {
     }
 
     /// Members under either protocol.
-    pub fn has_members(&self) -> bool {
+    pub(crate) fn has_members(&self) -> bool {
         !self.members.is_empty() || self.consumer.as_ref().is_some_and(|c| c.has_members())
     }
 
@@ -349,7 +349,7 @@ impl Group {
     }
 
     /// JoinGroup; new member ids are drawn from `random`.
-    pub fn join(
+    pub(crate) fn join(
         &mut self,
         p: JoinParams,
         now: Instant,
@@ -662,7 +662,7 @@ impl Group {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn sync(
+    pub(crate) fn sync(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -724,7 +724,7 @@ impl Group {
         }
     }
 
-    pub fn heartbeat(
+    pub(crate) fn heartbeat(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -746,7 +746,7 @@ impl Group {
     }
 
     /// Removes a member that leaves (LeaveGroup); pending member ids may leave too.
-    pub fn leave(
+    pub(crate) fn leave(
         &mut self,
         member_id: &str,
         instance_id: Option<&str>,
@@ -802,7 +802,7 @@ impl Group {
 
     /// Session expiry, member-id handshakes that never came back, and
     /// rebalance deadlines.
-    pub fn tick(&mut self, now: Instant, now_ms: i64, cfg: &CoordinatorConfig) {
+    pub(crate) fn tick(&mut self, now: Instant, now_ms: i64, cfg: &CoordinatorConfig) {
         let before = self.pending.len();
         self.pending.retain(|_, deadline| *deadline > now);
         if self.pending.len() != before {
@@ -836,17 +836,17 @@ impl Group {
     }
 
     /// Can the group be deleted (DeleteGroups)?
-    pub fn is_empty_group(&self) -> bool {
+    pub(crate) fn is_empty_group(&self) -> bool {
         self.state == GroupState::Empty && !self.has_members()
     }
 
     /// Nothing left to remember: no members, no member-id handshakes, no offsets.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.is_empty_group() && self.pending.is_empty() && self.offsets.is_empty()
     }
 
     /// Topics the members subscribe to, for consumer groups.
-    pub fn subscribed_topics(&self) -> Vec<String> {
+    pub(crate) fn subscribed_topics(&self) -> Vec<String> {
         use kafka_protocol::messages::ConsumerProtocolSubscription;
         use kafka_protocol::protocol::Decodable;
         if self.protocol_type.as_deref() != Some("consumer") {

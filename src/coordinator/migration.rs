@@ -27,7 +27,7 @@ use super::records::RecordKey;
 use super::{CoordinatorConfig, CoordinatorError};
 
 /// The protocol type of the consumer's embedded protocol.
-pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+pub(crate) const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
 
 /// group.consumer.migration.policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,7 +82,7 @@ impl MigrationPolicy {
 }
 
 /// The version a piece of embedded-protocol metadata starts with.
-pub fn protocol_version(metadata: &[u8]) -> i16 {
+pub(crate) fn protocol_version(metadata: &[u8]) -> i16 {
     match metadata {
         [a, b, ..] => i16::from_be_bytes([*a, *b]),
         _ => 0,
@@ -90,7 +90,7 @@ pub fn protocol_version(metadata: &[u8]) -> i16 {
 }
 
 /// A classic member's subscription (`None`: not the consumer protocol's).
-pub fn decode_subscription(mut metadata: &[u8]) -> Option<ConsumerProtocolSubscription> {
+pub(crate) fn decode_subscription(mut metadata: &[u8]) -> Option<ConsumerProtocolSubscription> {
     if metadata.len() < 2 {
         return None;
     }
@@ -101,7 +101,7 @@ pub fn decode_subscription(mut metadata: &[u8]) -> Option<ConsumerProtocolSubscr
 
 /// A classic member's assignment: partitions by topic name. Empty bytes (a
 /// member that never synced) are no partitions.
-pub fn decode_assignment(mut bytes: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
+pub(crate) fn decode_assignment(mut bytes: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
     if bytes.is_empty() {
         return Some(Vec::new());
     }
@@ -121,7 +121,7 @@ pub fn decode_assignment(mut bytes: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
 
 /// Partitions by topic id as the embedded protocol's assignment, naming
 /// the topics; at the version the member's subscription used.
-pub fn encode_assignment(a: &Assignment, topics: &Topics, version: i16) -> Bytes {
+pub(crate) fn encode_assignment(a: &Assignment, topics: &Topics, version: i16) -> Bytes {
     let version = version.clamp(0, 3);
     let partitions = a
         .iter()
@@ -148,7 +148,7 @@ pub fn encode_assignment(a: &Assignment, topics: &Topics, version: i16) -> Bytes
 /// consumer-protocol member about to join (Kafka's validateOnlineUpgrade
 /// and convertToConsumerGroup). GROUP_ID_NOT_FOUND when the policy, the
 /// group's protocol or its size forbid it, as Kafka answers.
-pub fn upgrade(
+pub(crate) fn upgrade(
     group: &mut Group,
     topics: &Topics,
     cfg: &CoordinatorConfig,
@@ -191,7 +191,7 @@ pub fn upgrade(
 /// classic group of them instead, at the same epoch, and rebalances (Kafka's
 /// validateOnlineDowngradeWithFencedMembers and convertToClassicGroup).
 /// Returns whether it did; if not, the caller removes the members.
-pub fn downgrade_without(
+pub(crate) fn downgrade_without(
     group: &mut Group,
     leaving: &[String],
     topics: &Topics,

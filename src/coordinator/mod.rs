@@ -10,13 +10,13 @@
 //! `__consumer_offsets` before it is acknowledged, and startup replays that
 //! topic, so offsets and group membership survive restarts, kill -9 included.
 
-pub mod assignor;
-pub mod consumer;
-pub mod group;
-pub mod migration;
-pub mod records;
-pub mod store;
-pub mod txn;
+pub(crate) mod assignor;
+pub(crate) mod consumer;
+pub(crate) mod group;
+pub(crate) mod migration;
+pub(crate) mod records;
+pub(crate) mod store;
+pub(crate) mod txn;
 
 #[cfg(test)]
 mod hostile_tests;
@@ -42,7 +42,7 @@ use records::{
 use store::{OffsetsStore, Replayed};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CoordinatorError {
+pub(crate) enum CoordinatorError {
     #[error("the group id is invalid")]
     InvalidGroupId,
     #[error("session timeout is outside the broker's allowed range")]
@@ -114,7 +114,7 @@ pub struct CoordinatorConfig {
 
 /// One committed offset to store.
 #[derive(Debug, Clone)]
-pub struct OffsetCommit {
+pub(crate) struct OffsetCommit {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -125,7 +125,7 @@ pub struct OffsetCommit {
 /// Who is committing: a group member, or (generation -1, empty member id)
 /// a client managing its own assignment.
 #[derive(Debug, Clone)]
-pub struct Committer {
+pub(crate) struct Committer {
     pub member_id: String,
     pub instance_id: Option<String>,
     /// The generation, or a consumer-protocol member's epoch.
@@ -134,7 +134,7 @@ pub struct Committer {
     pub version: i16,
 }
 
-pub struct GroupListing {
+pub(crate) struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: &'static str,
@@ -143,7 +143,7 @@ pub struct GroupListing {
 }
 
 /// A consumer-protocol group, for ConsumerGroupDescribe.
-pub struct ConsumerGroupDescription {
+pub(crate) struct ConsumerGroupDescription {
     pub state: &'static str,
     pub epoch: i32,
     pub assignment_epoch: i32,
@@ -152,9 +152,9 @@ pub struct ConsumerGroupDescription {
 }
 
 /// Partitions by topic: (id, name, partitions).
-pub type NamedAssignment = Vec<(uuid::Uuid, String, Vec<i32>)>;
+pub(crate) type NamedAssignment = Vec<(uuid::Uuid, String, Vec<i32>)>;
 
-pub struct ConsumerMemberDescription {
+pub(crate) struct ConsumerMemberDescription {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub rack_id: Option<String>,
@@ -169,7 +169,7 @@ pub struct ConsumerMemberDescription {
     pub classic: bool,
 }
 
-pub struct MemberDescription {
+pub(crate) struct MemberDescription {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub client_id: String,
@@ -178,19 +178,19 @@ pub struct MemberDescription {
     pub assignment: Bytes,
 }
 
-pub struct GroupDescription {
+pub(crate) struct GroupDescription {
     pub state: &'static str,
     pub protocol_type: String,
     pub protocol: String,
     pub members: Vec<MemberDescription>,
 }
 
-pub type PartitionResult = ((String, i32), Result<(), CoordinatorError>);
+pub(crate) type PartitionResult = ((String, i32), Result<(), CoordinatorError>);
 
 /// Committed offsets by topic, then partition (`None`: nothing committed).
-pub type TopicOffsets = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
+pub(crate) type TopicOffsets = Vec<(String, Vec<(i32, Option<OffsetValue>)>)>;
 
-pub struct GroupCoordinator {
+pub(crate) struct GroupCoordinator {
     catalog: Arc<Catalog>,
     store: OffsetsStore,
     groups: Mutex<HashMap<String, Group>>,
@@ -206,11 +206,11 @@ pub struct GroupCoordinator {
 }
 
 /// Whether this broker serves the offsets topic now.
-pub type Active = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(crate) type Active = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl GroupCoordinator {
     /// Rebuilds every group from the offsets topic (see `OffsetsStore::open`).
-    pub async fn open(
+    pub(crate) async fn open(
         catalog: Arc<Catalog>,
         store: OffsetsStore,
         config: CoordinatorConfig,
@@ -235,7 +235,7 @@ impl GroupCoordinator {
     /// Reads the group state again from the offsets topic (cluster mode: after
     /// taking its partition over, whose log may have moved on elsewhere).
     /// Members waiting for a rebalance are dropped; they rejoin.
-    pub async fn reload(&self) -> Result<(), LogError> {
+    pub(crate) async fn reload(&self) -> Result<(), LogError> {
         let (groups, txn) = load(&self.store, self.clock.now()).await?;
         tracing::info!(groups = groups.len(), "group coordinator reloaded");
         let mut locked = self.groups.lock();
@@ -269,7 +269,7 @@ impl GroupCoordinator {
         }
     }
 
-    pub async fn join(&self, group_id: &str, params: JoinParams) -> JoinReply {
+    pub(crate) async fn join(&self, group_id: &str, params: JoinParams) -> JoinReply {
         self.check_active()?;
         if group_id.is_empty() {
             return Err(CoordinatorError::InvalidGroupId);
@@ -350,7 +350,7 @@ impl GroupCoordinator {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub async fn sync(
+    pub(crate) async fn sync(
         &self,
         group_id: &str,
         member_id: &str,
@@ -398,7 +398,7 @@ impl GroupCoordinator {
         resolve(pending).await
     }
 
-    pub fn heartbeat(
+    pub(crate) fn heartbeat(
         &self,
         group_id: &str,
         member_id: &str,
@@ -417,7 +417,7 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup for each (member id, instance id); one result per member.
-    pub fn leave(
+    pub(crate) fn leave(
         &self,
         group_id: &str,
         members: &[(String, Option<String>)],
@@ -454,7 +454,7 @@ impl GroupCoordinator {
     }
 
     /// OffsetCommit. The outer error applies to every partition.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         group_id: &str,
         who: &Committer,
@@ -556,7 +556,7 @@ impl GroupCoordinator {
     /// sees them only when the transaction's COMMIT marker reaches that
     /// partition (`complete_transaction`). A member given (v3+) must be the
     /// group's current one, as for OffsetCommit.
-    pub async fn txn_commit(
+    pub(crate) async fn txn_commit(
         &self,
         group_id: &str,
         producer_id: i64,
@@ -670,7 +670,7 @@ impl GroupCoordinator {
 
     /// A COMMIT or ABORT marker of `producer_id` reached `__consumer_offsets`:
     /// its pending transactional offsets become the group's, or are dropped.
-    pub fn complete_transaction(&self, producer_id: i64, commit: bool) {
+    pub(crate) fn complete_transaction(&self, producer_id: i64, commit: bool) {
         let mut groups = self.groups.lock();
         let pending = self.txn.lock().pending.remove(&producer_id);
         if !commit {
@@ -684,7 +684,10 @@ impl GroupCoordinator {
 
     /// Partitions of `group_id` with transactional offsets not yet committed
     /// (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them).
-    pub fn unstable_offsets(&self, group_id: &str) -> std::collections::HashSet<(String, i32)> {
+    pub(crate) fn unstable_offsets(
+        &self,
+        group_id: &str,
+    ) -> std::collections::HashSet<(String, i32)> {
         let txn = self.txn.lock();
         txn.pending
             .values()
@@ -702,7 +705,7 @@ impl GroupCoordinator {
 
     /// OffsetFetch v9+ names the member asking: a consumer-protocol member
     /// must be known and at its current epoch (as Kafka checks).
-    pub fn validate_fetch(
+    pub(crate) fn validate_fetch(
         &self,
         group_id: &str,
         member_id: Option<&str>,
@@ -746,7 +749,7 @@ impl GroupCoordinator {
 
     /// ConsumerGroupHeartbeat (`version` of the request). A member joining
     /// (epoch 0) creates the group, or takes over an empty classic one.
-    pub async fn consumer_heartbeat(
+    pub(crate) async fn consumer_heartbeat(
         &self,
         group_id: &str,
         params: HeartbeatParams,
@@ -837,7 +840,7 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupDescribe: GROUP_ID_NOT_FOUND unless it is a consumer group.
-    pub fn consumer_describe(
+    pub(crate) fn consumer_describe(
         &self,
         group_id: &str,
     ) -> Result<ConsumerGroupDescription, CoordinatorError> {
@@ -886,7 +889,7 @@ impl GroupCoordinator {
     }
 
     /// Committed offsets of a group: the named partitions, or all of them.
-    pub fn fetch_offsets(
+    pub(crate) fn fetch_offsets(
         &self,
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
@@ -917,7 +920,7 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn list(&self) -> Vec<GroupListing> {
+    pub(crate) fn list(&self) -> Vec<GroupListing> {
         let groups = self.groups.lock();
         let mut out: Vec<GroupListing> = groups
             .values()
@@ -942,7 +945,7 @@ impl GroupCoordinator {
 
     /// DescribeGroups: classic groups only (consumer groups are described
     /// by ConsumerGroupDescribe, as in Kafka).
-    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+    pub(crate) fn describe(&self, group_id: &str) -> Option<GroupDescription> {
         let groups = self.groups.lock();
         let g = groups.get(group_id).filter(|g| g.consumer.is_none())?;
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -974,7 +977,7 @@ impl GroupCoordinator {
     }
 
     /// DeleteGroups: only groups without members; their offsets go too.
-    pub fn delete_group(&self, group_id: &str) -> Result<(), CoordinatorError> {
+    pub(crate) fn delete_group(&self, group_id: &str) -> Result<(), CoordinatorError> {
         let mut groups = self.groups.lock();
         let group = groups
             .get(group_id)
@@ -1011,7 +1014,7 @@ impl GroupCoordinator {
     }
 
     /// OffsetDelete: refused for topics the group's members subscribe to.
-    pub fn delete_offsets(
+    pub(crate) fn delete_offsets(
         &self,
         group_id: &str,
         partitions: Vec<(String, i32)>,
@@ -1056,7 +1059,7 @@ impl GroupCoordinator {
     }
 
     /// Drops the committed offsets of a deleted topic from every group.
-    pub fn forget_topic(&self, topic: &str) {
+    pub(crate) fn forget_topic(&self, topic: &str) {
         let mut groups = self.groups.lock();
         let mut records = Vec::new();
         for g in groups.values_mut() {
@@ -1085,7 +1088,7 @@ impl GroupCoordinator {
 
     /// Timer work: expired sessions and rebalance deadlines, and with
     /// `expire_offsets`, offsets past offsets.retention.minutes.
-    pub fn tick(&self, expire_offsets: bool) {
+    pub(crate) fn tick(&self, expire_offsets: bool) {
         let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
         let mut groups = self.groups.lock();
         let mut tombstones = Vec::new();

@@ -14,7 +14,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RecordKey {
+pub(crate) enum RecordKey {
     Offset {
         group: String,
         topic: String,
@@ -47,11 +47,11 @@ pub enum RecordKey {
 }
 
 /// Partitions by topic id, as the consumer-group records hold them.
-pub type TopicPartitions = Vec<(Uuid, Vec<i32>)>;
+pub(crate) type TopicPartitions = Vec<(Uuid, Vec<i32>)>;
 
 /// ConsumerGroupMetadataValue (key 3).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerGroupValue {
+pub(crate) struct ConsumerGroupValue {
     pub epoch: i32,
     /// Of the subscribed topics' names, ids and partition counts (tag 0).
     pub metadata_hash: i64,
@@ -59,7 +59,7 @@ pub struct ConsumerGroupValue {
 
 /// ConsumerGroupMemberMetadataValue (key 5).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ConsumerMemberValue {
+pub(crate) struct ConsumerMemberValue {
     pub instance_id: Option<String>,
     pub rack_id: Option<String>,
     pub client_id: String,
@@ -75,7 +75,7 @@ pub struct ConsumerMemberValue {
 /// What a classic member of a consumer group joined with: its session
 /// timeout and its (protocol name, metadata) pairs, in preference order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClassicMemberMetadata {
+pub(crate) struct ClassicMemberMetadata {
     pub session_timeout_ms: i32,
     pub protocols: Vec<(String, Bytes)>,
 }
@@ -116,7 +116,7 @@ impl ClassicMemberMetadata {
 
 /// ConsumerGroupCurrentMemberAssignmentValue (key 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentAssignmentValue {
+pub(crate) struct CurrentAssignmentValue {
     pub member_epoch: i32,
     pub previous_member_epoch: i32,
     /// Kafka's MemberState: 0 stable, 1 unrevoked, 2 unreleased partitions.
@@ -126,7 +126,7 @@ pub struct CurrentAssignmentValue {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OffsetValue {
+pub(crate) struct OffsetValue {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: String,
@@ -134,7 +134,7 @@ pub struct OffsetValue {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberValue {
+pub(crate) struct MemberValue {
     pub member_id: String,
     pub group_instance_id: Option<String>,
     pub client_id: String,
@@ -146,7 +146,7 @@ pub struct MemberValue {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupValue {
+pub(crate) struct GroupValue {
     pub protocol_type: String,
     pub generation: i32,
     pub protocol: Option<String>,
@@ -157,10 +157,10 @@ pub struct GroupValue {
 
 #[derive(Debug, thiserror::Error)]
 #[error("malformed __consumer_offsets record: {0}")]
-pub struct RecordError(String);
+pub(crate) struct RecordError(String);
 
 impl RecordKey {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         match self {
             RecordKey::Offset {
@@ -208,7 +208,7 @@ impl RecordKey {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<RecordKey, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<RecordKey, RecordError> {
         match get_i16(&mut b)? {
             0 | 1 => Ok(RecordKey::Offset {
                 group: get_str(&mut b)?,
@@ -242,7 +242,7 @@ impl RecordKey {
 }
 
 impl OffsetValue {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_i16(3);
         b.put_i64(self.offset);
@@ -252,7 +252,7 @@ impl OffsetValue {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<OffsetValue, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<OffsetValue, RecordError> {
         let version = get_i16(&mut b)?;
         let offset = get_i64(&mut b)?;
         let leader_epoch = if version >= 3 { get_i32(&mut b)? } else { -1 };
@@ -271,7 +271,7 @@ impl OffsetValue {
 }
 
 impl GroupValue {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_i16(3);
         put_str(&mut b, &self.protocol_type);
@@ -293,7 +293,7 @@ impl GroupValue {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<GroupValue, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<GroupValue, RecordError> {
         let version = get_i16(&mut b)?;
         let protocol_type = get_str(&mut b)?;
         let generation = get_i32(&mut b)?;
@@ -345,7 +345,7 @@ impl GroupValue {
 }
 
 impl ConsumerGroupValue {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_i16(0);
         b.put_i32(self.epoch);
@@ -360,7 +360,7 @@ impl ConsumerGroupValue {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<ConsumerGroupValue, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<ConsumerGroupValue, RecordError> {
         get_i16(&mut b)?;
         let epoch = get_i32(&mut b)?;
         let mut metadata_hash = 0;
@@ -377,7 +377,7 @@ impl ConsumerGroupValue {
 }
 
 impl ConsumerMemberValue {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_i16(0);
         put_compact_opt_str(&mut b, self.instance_id.as_deref());
@@ -405,7 +405,7 @@ impl ConsumerMemberValue {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<ConsumerMemberValue, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<ConsumerMemberValue, RecordError> {
         let b = &mut b;
         get_i16(b)?;
         let instance_id = get_compact_opt_str(b)?;
@@ -441,7 +441,7 @@ impl ConsumerMemberValue {
 }
 
 /// ConsumerGroupTargetAssignmentMetadataValue (key 6): the assignment epoch.
-pub fn encode_assignment_epoch(epoch: i32) -> Bytes {
+pub(crate) fn encode_assignment_epoch(epoch: i32) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
     b.put_i32(epoch);
@@ -449,13 +449,13 @@ pub fn encode_assignment_epoch(epoch: i32) -> Bytes {
     b.freeze()
 }
 
-pub fn decode_assignment_epoch(mut b: &[u8]) -> Result<i32, RecordError> {
+pub(crate) fn decode_assignment_epoch(mut b: &[u8]) -> Result<i32, RecordError> {
     get_i16(&mut b)?;
     get_i32(&mut b)
 }
 
 /// ConsumerGroupTargetAssignmentMemberValue (key 7).
-pub fn encode_target(partitions: &TopicPartitions) -> Bytes {
+pub(crate) fn encode_target(partitions: &TopicPartitions) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
     put_topic_partitions(&mut b, partitions);
@@ -463,13 +463,13 @@ pub fn encode_target(partitions: &TopicPartitions) -> Bytes {
     b.freeze()
 }
 
-pub fn decode_target(mut b: &[u8]) -> Result<TopicPartitions, RecordError> {
+pub(crate) fn decode_target(mut b: &[u8]) -> Result<TopicPartitions, RecordError> {
     get_i16(&mut b)?;
     get_topic_partitions(&mut b)
 }
 
 impl CurrentAssignmentValue {
-    pub fn encode(&self) -> Bytes {
+    pub(crate) fn encode(&self) -> Bytes {
         let mut b = BytesMut::new();
         b.put_i16(0);
         b.put_i32(self.member_epoch);
@@ -481,7 +481,7 @@ impl CurrentAssignmentValue {
         b.freeze()
     }
 
-    pub fn decode(mut b: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
+    pub(crate) fn decode(mut b: &[u8]) -> Result<CurrentAssignmentValue, RecordError> {
         let b = &mut b;
         get_i16(b)?;
         let member_epoch = get_i32(b)?;

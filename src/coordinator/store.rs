@@ -18,10 +18,10 @@ use crate::clock::SharedClock;
 use crate::format::batch::{encode_batch, BatchHeader};
 use crate::log::{AppendConfig, LogError, Partition};
 
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub(crate) const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// One record of the offsets topic as replay meets it.
-pub enum Replayed {
+pub(crate) enum Replayed {
     /// Applies at once.
     Record(RecordKey, Option<Bytes>),
     /// Written by TxnOffsetCommit: applies at its producer's COMMIT marker.
@@ -36,7 +36,7 @@ pub enum Replayed {
     Marker { producer_id: i64, commit: bool },
 }
 
-pub struct OffsetsStore {
+pub(crate) struct OffsetsStore {
     partition: Arc<Partition>,
     append_config: AppendConfig,
     wait_for_fsync: bool,
@@ -46,7 +46,7 @@ pub struct OffsetsStore {
 
 impl OffsetsStore {
     /// `__consumer_offsets`: one compacted partition.
-    pub fn topic_spec(config: &CoordinatorConfig) -> TopicSpec {
+    pub(crate) fn topic_spec(config: &CoordinatorConfig) -> TopicSpec {
         TopicSpec {
             name: OFFSETS_TOPIC,
             partitions: 1,
@@ -62,7 +62,7 @@ impl OffsetsStore {
 
     /// Opens the offsets topic, creating it on first start. Open it before
     /// the tier, so that the tier attaches it like every other partition.
-    pub fn open(
+    pub(crate) fn open(
         catalog: &Catalog,
         config: &CoordinatorConfig,
         clock: SharedClock,
@@ -82,7 +82,7 @@ impl OffsetsStore {
     }
 
     /// Appends records as one batch; returns the end offset to wait for.
-    pub fn append(&self, records: &[(RecordKey, Option<Bytes>)]) -> Result<i64, LogError> {
+    pub(crate) fn append(&self, records: &[(RecordKey, Option<Bytes>)]) -> Result<i64, LogError> {
         if records.is_empty() {
             return Ok(self.partition.end_offset());
         }
@@ -98,7 +98,7 @@ impl OffsetsStore {
     /// Appends offset records as one transactional batch of producer
     /// `(id, epoch)` starting at `sequence` (TxnOffsetCommit): they count only
     /// once the transaction's COMMIT marker follows them in this log.
-    pub fn append_transactional(
+    pub(crate) fn append_transactional(
         &self,
         records: &[(RecordKey, Option<Bytes>)],
         producer: (i64, i16, i32),
@@ -143,7 +143,7 @@ impl OffsetsStore {
     }
 
     /// Waits until appends up to `end` are durable, when the fsync policy asks for it.
-    pub async fn durable(&self, end: i64) -> Result<(), LogError> {
+    pub(crate) async fn durable(&self, end: i64) -> Result<(), LogError> {
         if self.wait_for_fsync {
             self.partition.wait_durable(end).await?;
         }
@@ -152,7 +152,7 @@ impl OffsetsStore {
 
     /// Calls `f` for every record from the start of the log, in order,
     /// reading tiered offsets from the object store.
-    pub async fn replay(&self, mut f: impl FnMut(Replayed)) -> Result<(), LogError> {
+    pub(crate) async fn replay(&self, mut f: impl FnMut(Replayed)) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
             let slice = self.partition.fetch_log(offset, 1 << 20, true).await?;

@@ -395,7 +395,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// Builds a minimal valid batch with `count` empty-bodied records for tests.
-    pub fn make_batch(
+    pub(crate) fn make_batch(
         count: i32,
         producer_id: i64,
         epoch: i16,

@@ -44,7 +44,7 @@ pub struct AbortedTxn {
 /// `from..upper`: aborted at or after `from`, begun before `upper`. Returns
 /// whether it is complete: an entry whose LSO reaches `upper` shows that no
 /// later transaction began below it.
-pub fn collect_aborted<'a>(
+pub(crate) fn collect_aborted<'a>(
     lists: impl IntoIterator<Item = &'a [AbortedTxn]>,
     from: i64,
     upper: i64,
@@ -73,7 +73,7 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
 }
 
 /// Encodes the marker batch at base offset 0 (the log stamps the offset).
-pub fn encode_marker(
+pub(crate) fn encode_marker(
     producer_id: i64,
     producer_epoch: i16,
     marker: EndTxnMarker,
@@ -120,7 +120,7 @@ pub fn encode_marker(
 
 /// The marker a control batch holds; `None` for a batch that is not a
 /// control batch or a control batch of another type (Kafka has others).
-pub fn parse_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, FormatError> {
+pub(crate) fn parse_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, FormatError> {
     let header = BatchHeader::parse(batch)?
         .ok_or_else(|| FormatError::Corrupt("truncated control batch".into()))?;
     if !header.is_control() {

@@ -8,9 +8,9 @@
 //! Nothing here opens a file: functions take byte slices, `Read` or `Write`.
 
 pub mod batch;
-pub mod control;
+pub(crate) mod control;
 pub mod key_index;
-pub mod key_sketch;
+pub(crate) mod key_sketch;
 pub mod records;
 pub mod segment;
 pub mod wal;

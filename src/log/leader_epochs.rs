@@ -24,7 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
-pub const UNDEFINED: (i32, i64) = (-1, -1);
+pub(crate) const UNDEFINED: (i32, i64) = (-1, -1);
 
 /// One leader epoch and the first offset written in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

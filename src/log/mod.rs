@@ -7,10 +7,10 @@
 
 pub mod index;
 pub mod key_index;
-pub mod leader_epochs;
-pub mod partition;
+pub(crate) mod leader_epochs;
+pub(crate) mod partition;
 pub mod producer_state;
-pub mod remote;
+pub(crate) mod remote;
 pub mod segment;
 
 pub use partition::{

@@ -1583,13 +1583,26 @@ mod tests {
     }
 
     /// A remote part holding offsets below `end`, answering with a marker.
+    /// Covers offsets below `end` once a test sets it (-1: nothing yet).
     struct FakeRemote {
-        end: i64,
+        end: AtomicI64,
+    }
+
+    impl FakeRemote {
+        fn new() -> Arc<FakeRemote> {
+            Arc::new(FakeRemote {
+                end: AtomicI64::new(-1),
+            })
+        }
+
+        fn cover_to(&self, end: i64) {
+            self.end.store(end, Ordering::Relaxed);
+        }
     }
 
     impl RemoteLog for FakeRemote {
         fn end_offset(&self) -> Option<i64> {
-            Some(self.end)
+            Some(self.end.load(Ordering::Relaxed)).filter(|e| *e >= 0)
         }
         fn read(&self, _: i64, _: usize, _: bool) -> crate::log::RemoteFuture<'_, Bytes> {
             Box::pin(async { Ok(Bytes::from_static(b"remote")) })
@@ -1618,7 +1631,9 @@ mod tests {
     async fn offsets_below_released_segments_come_from_the_remote_part() {
         let dir = tempfile::tempdir().unwrap();
         let flag = Arc::new(AtomicBool::new(false));
+        let remote = FakeRemote::new();
         let settings = PartitionSettings {
+            remote: Some(remote.clone()),
             backpressure: Some(flag.clone()),
             ..Default::default()
         };
@@ -1631,7 +1646,7 @@ mod tests {
         let remote_end = sealed[1].next_offset;
         // Nothing is released before a remote part covers it.
         assert!(!p.release_local(sealed[0].base_offset).unwrap());
-        p.attach_remote(Arc::new(FakeRemote { end: remote_end }));
+        remote.cover_to(remote_end);
         assert!(p.release_local(sealed[0].base_offset).unwrap());
         assert!(p.release_local(sealed[1].base_offset).unwrap());
         assert!(!p.release_local(sealed[2].base_offset).unwrap());
@@ -1700,7 +1715,12 @@ mod tests {
     #[test]
     fn producer_state_outlives_released_segments_through_their_snapshots() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
+        let remote = FakeRemote::new();
+        let settings = PartitionSettings {
+            remote: Some(remote.clone()),
+            ..Default::default()
+        };
+        let p = Partition::open(dir.path(), settings).unwrap();
         let mut last = None;
         for seq in 0..30 {
             let b = make_batch(2, 77, 0, seq * 2, 1000 + seq as i64);
@@ -1714,9 +1734,7 @@ mod tests {
             ..cfg()
         };
         assert!(p.roll_if_due(&due).unwrap());
-        p.attach_remote(Arc::new(FakeRemote {
-            end: p.end_offset(),
-        }));
+        remote.cover_to(p.end_offset());
         for s in p.sealed_segments() {
             assert!(p.release_local(s.base_offset).unwrap());
         }
@@ -1766,7 +1784,12 @@ mod tests {
     #[test]
     fn leader_epoch_history_survives_reopen_release_and_a_moved_log_start() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
+        let remote = FakeRemote::new();
+        let with_remote = || PartitionSettings {
+            remote: Some(remote.clone()),
+            ..Default::default()
+        };
+        let p = Partition::open(dir.path(), with_remote()).unwrap();
         // A fresh single broker: epoch 0 ends at the log end.
         assert_eq!(p.end_offset_for_epoch(0), (0, 0));
         append_at(&p, 0, 5);
@@ -1781,15 +1804,13 @@ mod tests {
         assert_eq!(p.end_offset_for_epoch(8), (-1, -1));
         // Reopened: the newest snapshot plus the headers of the active segment.
         drop(p);
-        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
+        let p = Partition::open(dir.path(), with_remote()).unwrap();
         assert_eq!(p.leader_epochs(), history);
         assert_eq!(p.end_offset_for_epoch(3), (3, 50));
         // With every sealed segment's data gone from local disk, only the
         // newest snapshot holds it.
         roll_now(&p);
-        p.attach_remote(Arc::new(FakeRemote {
-            end: p.end_offset(),
-        }));
+        remote.cover_to(p.end_offset());
         for s in p.sealed_segments() {
             assert!(p.release_local(s.base_offset).unwrap());
         }

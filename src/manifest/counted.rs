@@ -28,7 +28,7 @@ use crate::metrics::Timer;
 
 /// The kinds of request counted (a HEAD is a GET without the body).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Put,
     Get,
     List,
@@ -37,9 +37,9 @@ pub enum Op {
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Put, Op::Get, Op::List, Op::Delete, Op::Copy];
+    pub(crate) const ALL: [Op; 5] = [Op::Put, Op::Get, Op::List, Op::Delete, Op::Copy];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Op::Put => "put",
             Op::Get => "get",
@@ -52,7 +52,7 @@ impl Op {
 
 /// Requests since the store was opened.
 #[derive(Debug, Default)]
-pub struct RequestCounts {
+pub(crate) struct RequestCounts {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub gets: AtomicU64,
@@ -66,7 +66,7 @@ pub struct RequestCounts {
 }
 
 impl RequestCounts {
-    pub fn requests(&self, op: Op) -> u64 {
+    pub(crate) fn requests(&self, op: Op) -> u64 {
         match op {
             Op::Put => &self.puts,
             Op::Get => &self.gets,
@@ -80,11 +80,11 @@ impl RequestCounts {
     /// Requests that failed, other than with an answer about the object
     /// itself (not found, already exists, precondition failed), which the
     /// manifest protocol expects all the time.
-    pub fn errors(&self, op: Op) -> u64 {
+    pub(crate) fn errors(&self, op: Op) -> u64 {
         self.errors[op as usize].load(Relaxed)
     }
 
-    pub fn latency(&self, op: Op) -> &Timer {
+    pub(crate) fn latency(&self, op: Op) -> &Timer {
         &self.latency[op as usize]
     }
 
@@ -110,13 +110,13 @@ impl fmt::Display for RequestCounts {
 
 /// A store that counts the requests passed to the one it wraps.
 #[derive(Debug)]
-pub struct Counted {
+pub(crate) struct Counted {
     inner: Arc<dyn ObjectStore>,
     counts: Arc<RequestCounts>,
 }
 
 impl Counted {
-    pub fn wrap(inner: Arc<dyn ObjectStore>) -> (Arc<dyn ObjectStore>, Arc<RequestCounts>) {
+    pub(crate) fn wrap(inner: Arc<dyn ObjectStore>) -> (Arc<dyn ObjectStore>, Arc<RequestCounts>) {
         let counts = Arc::new(RequestCounts::default());
         let store = Counted {
             inner,

@@ -20,7 +20,7 @@
 //! opens the store a URL names, `counted` counts the requests made to it and
 //! `fault` (for tests) injects failures into any store.
 
-pub mod counted;
+pub(crate) mod counted;
 #[doc(hidden)]
 pub mod fault;
 pub mod objects;

@@ -202,7 +202,7 @@ pub(super) struct Leadership {
 impl Leadership {
     /// Follows the view until `stop`: topics mirrored, partitions taken over
     /// or released, everything dropped when the lease is lost.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub(super) async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut changes = self.node.view().subscribe();
         let mut lease = self.node.member().subscribe();
         let mut retry = tokio::time::interval(Duration::from_millis(500));

@@ -79,7 +79,7 @@ fn api_of(frame: &[u8]) -> Option<(i16, i16)> {
 }
 
 /// What every connection accepted on one listener shares.
-pub struct Listener {
+pub(super) struct Listener {
     pub name: String,
     pub protocol: SecurityProtocol,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
@@ -89,7 +89,7 @@ pub struct Listener {
     pub idle: Option<Duration>,
 }
 
-pub struct SaslSettings {
+pub(super) struct SaslSettings {
     pub mechanisms: Vec<String>,
     pub credentials: Arc<Credentials>,
     /// KIP-368 session lifetime.
@@ -97,7 +97,7 @@ pub struct SaslSettings {
     pub failed_delay: Duration,
 }
 
-pub async fn accept(
+pub(super) async fn accept(
     stream: TcpStream,
     broker: Arc<Broker>,
     max_frame: usize,

@@ -22,13 +22,13 @@ const LOCK_FILE: &str = ".lock";
 const ID_FILE: &str = "directory.id";
 
 /// The data directory, held by this process until dropped.
-pub struct DataDir {
+pub(super) struct DataDir {
     pub id: String,
     _lock: File,
 }
 
 /// Locks `path` (created if missing) and reads its id, making one up first.
-pub fn claim(path: &Path, random: &dyn Random) -> anyhow::Result<DataDir> {
+pub(super) fn claim(path: &Path, random: &dyn Random) -> anyhow::Result<DataDir> {
     std::fs::create_dir_all(path)
         .with_context(|| format!("creating data directory {}", path.display()))?;
     let lock = OpenOptions::new()

@@ -37,7 +37,7 @@ const LOWAT_MAX: usize = 1024 * 1024;
 const HELD_ABOVE: usize = 17 * 1024;
 
 #[derive(Debug, thiserror::Error)]
-pub enum FrameReadError {
+pub(crate) enum FrameReadError {
     #[error("frame of {size} bytes exceeds the maximum of {max}")]
     TooLarge { size: i64, max: usize },
     #[error("connection closed in the middle of a frame")]
@@ -46,7 +46,7 @@ pub enum FrameReadError {
     Io(#[from] std::io::Error),
 }
 
-pub struct FrameReader<R> {
+pub(crate) struct FrameReader<R> {
     reader: R,
     buf: BytesMut,
     max: usize,
@@ -57,7 +57,7 @@ pub struct FrameReader<R> {
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub fn new(reader: R, max: usize) -> FrameReader<R> {
+    pub(crate) fn new(reader: R, max: usize) -> FrameReader<R> {
         FrameReader {
             reader,
             buf: BytesMut::new(),
@@ -69,7 +69,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Reads through `reader` from the TCP socket `fd`, which must stay
     /// open as long as this reader (it is the socket `reader` wraps).
-    pub fn over_socket(reader: R, max: usize, fd: RawFd) -> FrameReader<R> {
+    pub(crate) fn over_socket(reader: R, max: usize, fd: RawFd) -> FrameReader<R> {
         FrameReader {
             socket: Some(fd),
             ..FrameReader::new(reader, max)
@@ -110,7 +110,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// The next frame body. `Ok(None)` is a clean end of stream between frames.
-    pub async fn next(&mut self) -> Result<Option<Bytes>, FrameReadError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, FrameReadError> {
         loop {
             if self.buf.len() >= 4 {
                 let size = i32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);

@@ -34,7 +34,7 @@ const PROBE_TTL: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 const PROBE_KEY: &str = "strata-readyz-probe";
 
-pub struct Health {
+pub(super) struct Health {
     store: Arc<dyn ObjectStore>,
     stage: parking_lot::RwLock<Stage>,
     /// Background jobs that ended while the broker was serving.
@@ -57,7 +57,7 @@ enum Stage {
 }
 
 impl Health {
-    pub fn new(store: Arc<dyn ObjectStore>) -> Arc<Health> {
+    pub(super) fn new(store: Arc<dyn ObjectStore>) -> Arc<Health> {
         Arc::new(Health {
             store,
             stage: parking_lot::RwLock::new(Stage::Starting),
@@ -67,19 +67,19 @@ impl Health {
     }
 
     /// The broker is up: metrics are served from `registry` from now on.
-    pub fn serving(&self, registry: Registry, lease: Option<watch::Receiver<LeaseState>>) {
+    pub(super) fn serving(&self, registry: Registry, lease: Option<watch::Receiver<LeaseState>>) {
         *self.stage.write() = Stage::Serving {
             registry: Arc::new(registry),
             lease,
         };
     }
 
-    pub fn stopping(&self) {
+    pub(super) fn stopping(&self) {
         *self.stage.write() = Stage::Stopping;
     }
 
     /// A background job ended while the broker served: it is not ready again.
-    pub fn job_died(&self, name: &'static str) {
+    pub(super) fn job_died(&self, name: &'static str) {
         self.dead_jobs.lock().push(name);
     }
 
@@ -131,7 +131,7 @@ impl Health {
 
 /// Binds `addr`; the future returned serves until `stop` turns true (or
 /// its sender is gone).
-pub async fn serve(
+pub(super) async fn serve(
     addr: SocketAddr,
     health: Arc<Health>,
     mut stop: watch::Receiver<bool>,

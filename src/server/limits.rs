@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use super::config::BrokerConfig;
 
-pub struct ConnectionLimits {
+pub(crate) struct ConnectionLimits {
     max: usize,
     per_ip: usize,
     overrides: HashMap<IpAddr, usize>,
@@ -41,13 +41,13 @@ struct Open {
 }
 
 /// One admitted connection's slot.
-pub struct Permit {
+pub(crate) struct Permit {
     limits: Arc<ConnectionLimits>,
     ip: IpAddr,
 }
 
 impl ConnectionLimits {
-    pub fn new(
+    pub(crate) fn new(
         max: usize,
         per_ip: usize,
         overrides: HashMap<IpAddr, usize>,
@@ -63,7 +63,7 @@ impl ConnectionLimits {
         })
     }
 
-    pub fn from_config(c: &BrokerConfig) -> Arc<ConnectionLimits> {
+    pub(crate) fn from_config(c: &BrokerConfig) -> Arc<ConnectionLimits> {
         let idle = (c.connections_max_idle_ms > 0)
             .then(|| Duration::from_millis(c.connections_max_idle_ms as u64));
         ConnectionLimits::new(
@@ -75,12 +75,12 @@ impl ConnectionLimits {
     }
 
     /// How long a connection may go without a request before it is closed.
-    pub fn idle(&self) -> Option<Duration> {
+    pub(crate) fn idle(&self) -> Option<Duration> {
         self.idle
     }
 
     /// Waits until the broker is below `max.connections` (call before accepting).
-    pub async fn wait_for_slot(&self) {
+    pub(crate) async fn wait_for_slot(&self) {
         loop {
             let freed = self.freed.notified();
             if self.open.lock().total < self.max {
@@ -92,7 +92,7 @@ impl ConnectionLimits {
 
     /// Takes a slot for a connection from `ip`, or `None` when that address
     /// already has its quota (the caller closes the connection).
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
         let quota = self.overrides.get(&ip).copied().unwrap_or(self.per_ip);
         let mut open = self.open.lock();
         let n = open.by_ip.entry(ip).or_default();
@@ -111,7 +111,8 @@ impl ConnectionLimits {
     }
 
     /// Connections currently open.
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.open.lock().total
     }
 }

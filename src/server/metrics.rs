@@ -26,14 +26,14 @@ use crate::tier::Tier;
 
 /// What `/metrics` serves: the request metrics, and everything else read
 /// when scraped.
-pub fn registry(requests: &RequestMetrics, scraped: Scraped) -> Registry {
+pub(super) fn registry(requests: &RequestMetrics, scraped: Scraped) -> Registry {
     let mut registry = Registry::default();
     requests.register(&mut registry);
     registry.register_collector(Box::new(scraped));
     registry
 }
 
-pub struct Scraped {
+pub(super) struct Scraped {
     pub broker: Arc<Broker>,
     pub tier: Arc<Tier>,
     pub scheduler: Arc<Scheduler>,

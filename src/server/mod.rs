@@ -6,10 +6,10 @@ mod cluster;
 pub mod config;
 mod connection;
 mod data_dir;
-pub mod frame;
+pub(crate) mod frame;
 mod http;
 mod jobs;
-pub mod limits;
+pub(crate) mod limits;
 mod metrics;
 mod phases;
 

@@ -19,7 +19,7 @@ use object_store::ObjectStore;
 use super::TierError;
 use crate::log::index::SegmentIndex;
 
-pub const BLOCK_SIZE: u64 = 1 << 20;
+pub(crate) const BLOCK_SIZE: u64 = 1 << 20;
 /// Blocks fetched ahead of the last one a read touched.
 const PREFETCH_BLOCKS: u64 = 2;
 

@@ -12,11 +12,11 @@
 //! directory from the store. The object layout and the manifests themselves
 //! belong to `crate::manifest`, which compaction writes too.
 
-pub mod cache;
+pub(crate) mod cache;
 mod orphans;
 mod partitions;
-pub mod remote;
-pub mod restore;
+pub(crate) mod remote;
+pub(crate) mod restore;
 mod retention;
 mod takeover;
 mod topics;

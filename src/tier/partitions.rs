@@ -7,7 +7,7 @@
 //! part at all, and the tier loads the real manifest when it attaches it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,13 +41,13 @@ pub struct TierStats {
 /// Whether this broker tends a partition (topic id, index).
 pub type Scope = Arc<dyn Fn(Uuid, i32) -> bool + Send + Sync>;
 
-/// The remote parts of every partition the catalog opened, by (topic id,
-/// index), and whether the tier has loaded each one's manifest yet.
+/// The remote part of every partition the catalog opened, by (topic id,
+/// index).
 pub struct Remotes {
     store: Arc<dyn ObjectStore>,
     cache: BlockCache,
     writer: WriterEpoch,
-    parts: Mutex<HashMap<(Uuid, i32), (Arc<TieredPartition>, Arc<AtomicBool>)>>,
+    parts: Mutex<HashMap<(Uuid, i32), Arc<TieredPartition>>>,
 }
 
 impl Remotes {
@@ -70,22 +70,17 @@ impl Remotes {
     pub fn parts(self: &Arc<Self>) -> RemoteParts {
         let remotes = self.clone();
         Arc::new(move |topic, topic_id, index| {
-            let part: Arc<dyn RemoteLog> = remotes.part(topic, topic_id, index).0;
+            let part: Arc<dyn RemoteLog> = remotes.part(topic, topic_id, index);
             part
         })
     }
 
-    fn part(
-        &self,
-        topic: &str,
-        topic_id: Uuid,
-        index: i32,
-    ) -> (Arc<TieredPartition>, Arc<AtomicBool>) {
+    fn part(&self, topic: &str, topic_id: Uuid, index: i32) -> Arc<TieredPartition> {
         let mut parts = self.parts.lock();
-        let (part, loaded) = parts.entry((topic_id, index)).or_insert_with(|| {
+        let part = parts.entry((topic_id, index)).or_insert_with(|| {
             let prefix = partition_prefix(topic, topic_id, index);
             let manifests = ManifestStore::new(self.store.clone(), manifest_dir(&prefix));
-            let part = TieredPartition::new(
+            Arc::new(TieredPartition::new(
                 topic,
                 topic_id,
                 index,
@@ -93,21 +88,16 @@ impl Remotes {
                 prefix,
                 Manifest::empty(self.writer.clone()),
                 self.cache.clone(),
-            );
-            (Arc::new(part), Arc::new(AtomicBool::new(false)))
+            ))
         });
-        (part.clone(), loaded.clone())
+        part.clone()
     }
 
-    /// The parts whose manifest is loaded.
-    fn attached(&self) -> impl Iterator<Item = ((Uuid, i32), Arc<TieredPartition>)> {
+    /// The parts whose manifest is loaded, by (topic id, index).
+    fn loaded(&self) -> Vec<((Uuid, i32), Arc<TieredPartition>)> {
         let parts = self.parts.lock();
-        let attached: Vec<_> = parts
-            .iter()
-            .filter(|(_, (_, loaded))| loaded.load(Ordering::Acquire))
-            .map(|(key, (part, _))| (*key, part.clone()))
-            .collect();
-        attached.into_iter()
+        let loaded = parts.iter().filter(|(_, part)| part.is_loaded());
+        loaded.map(|(key, part)| (*key, part.clone())).collect()
     }
 }
 
@@ -194,25 +184,21 @@ impl TieredPartitions {
             partition.has_remote(),
             "the catalog was opened without `Remotes::parts`"
         );
-        let (remote, loaded) = self.remotes.part(topic.name(), topic.id(), index);
-        if !loaded.load(Ordering::Acquire) {
-            // Two callers may both load; the newer version wins either way.
-            remote.refresh().await?;
-            loaded.store(true, Ordering::Release);
-        }
+        let remote = self.remotes.part(topic.name(), topic.id(), index);
+        remote.load().await?;
         Ok(remote)
     }
 
     /// The partition's remote part, once attached.
     pub(super) fn remote(&self, topic_id: Uuid, partition: i32) -> Option<Arc<TieredPartition>> {
         let parts = self.remotes.parts.lock();
-        let (part, loaded) = parts.get(&(topic_id, partition))?;
-        loaded.load(Ordering::Acquire).then(|| part.clone())
+        let part = parts.get(&(topic_id, partition))?;
+        part.is_loaded().then(|| part.clone())
     }
 
     /// Every attached partition, in (topic id, index) order.
     pub(super) fn remotes(&self) -> Vec<Arc<TieredPartition>> {
-        let mut all: Vec<_> = self.remotes.attached().collect();
+        let mut all: Vec<_> = self.remotes.loaded();
         all.sort_unstable_by_key(|(key, _)| *key);
         all.into_iter().map(|(_, remote)| remote).collect()
     }

@@ -2,6 +2,7 @@
 //! the manifest and the block cache (what `Partition::fetch` calls below the
 //! first local segment).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -26,6 +27,8 @@ pub struct TieredPartition {
     pub manifests: ManifestStore,
     /// The newest manifest version this broker knows to be durable.
     manifest: RwLock<Arc<Manifest>>,
+    /// Whether the manifest was loaded from the store at least once.
+    loaded: AtomicBool,
     cache: BlockCache,
 }
 
@@ -46,6 +49,7 @@ impl TieredPartition {
             prefix,
             manifests,
             manifest: RwLock::new(Arc::new(manifest)),
+            loaded: AtomicBool::new(false),
             cache,
         }
     }
@@ -158,6 +162,20 @@ impl TieredPartition {
             Some(latest) => Ok(self.adopt(latest)),
             None => Ok(false),
         }
+    }
+
+    /// Loads the manifest unless it was loaded before. Two callers may
+    /// both load; the newer version wins either way.
+    pub(crate) async fn load(&self) -> Result<(), TierError> {
+        if !self.is_loaded() {
+            self.refresh().await?;
+            self.loaded.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
     }
 
     /// Takes `m` if it is newer than the version in use (versions only grow).

@@ -25,12 +25,12 @@ use crate::manifest::objects::newest_topic_file;
 use crate::manifest::{manifest_dir, partition_prefix, ManifestStore, CLUSTER_FILE};
 
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Restored {
+pub(crate) struct Restored {
     pub topics: usize,
     pub partitions: usize,
 }
 
-pub async fn restore(
+pub(crate) async fn restore(
     store: &Arc<dyn ObjectStore>,
     data_dir: &FsPath,
 ) -> Result<Restored, TierError> {

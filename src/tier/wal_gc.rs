@@ -114,11 +114,10 @@ mod tests {
     use object_store::ObjectStore;
 
     use super::*;
-    use crate::catalog::{Catalog, TopicConfig};
+    use crate::catalog::TopicConfig;
     use crate::clock::ManualClock;
     use crate::format::batch::encode_batch;
     use crate::log::HeadSink;
-    use crate::tier::TierSettings;
     use crate::wal::Wal;
 
     #[tokio::test]

@@ -28,9 +28,9 @@
 //! expiry) and waits for that record, which makes the Complete* before it
 //! durable too.
 
-pub mod records;
-pub mod state;
-pub mod store;
+pub(crate) mod records;
+pub(crate) mod state;
+pub(crate) mod store;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,7 +46,7 @@ use state::{EndStep, InitStep, TxnError, TxnMetadata, TxnState};
 use store::TxnStore;
 
 /// Draws a new producer id (the catalog's allocator, or etcd's blocks).
-pub type ProducerIdSource =
+pub(crate) type ProducerIdSource =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<i64, String>> + Send>> + Send + Sync>;
 
 /// Kafka's transaction.* broker settings.
@@ -75,7 +75,7 @@ impl Default for TxnConfig {
 /// The markers one finished transaction needs: written to every partition,
 /// then `TxnCoordinator::complete_markers` closes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MarkerJob {
+pub(crate) struct MarkerJob {
     pub transactional_id: String,
     pub producer_id: i64,
     pub producer_epoch: i16,
@@ -86,7 +86,7 @@ pub struct MarkerJob {
 
 /// One transaction as DescribeTransactions and ListTransactions show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnDescription {
+pub(crate) struct TxnDescription {
     pub transactional_id: String,
     pub producer_id: i64,
     pub producer_epoch: i16,
@@ -97,9 +97,9 @@ pub struct TxnDescription {
 }
 
 /// Is this broker the coordinator, and at which epoch of `__transaction_state`'s partition?
-pub type Leadership = Arc<dyn Fn() -> Option<i32> + Send + Sync>;
+pub(crate) type Leadership = Arc<dyn Fn() -> Option<i32> + Send + Sync>;
 
-pub struct TxnCoordinator {
+pub(crate) struct TxnCoordinator {
     store: TxnStore,
     txns: Mutex<HashMap<String, TxnMetadata>>,
     config: TxnConfig,
@@ -125,7 +125,7 @@ impl TxnCoordinator {
     /// transaction found prepared but not complete. In cluster mode
     /// `leadership` says whether this broker leads the topic's partition;
     /// one that does not yet loads it when it takes the partition over.
-    pub async fn open(
+    pub(crate) async fn open(
         store: TxnStore,
         config: TxnConfig,
         clock: SharedClock,
@@ -152,7 +152,7 @@ impl TxnCoordinator {
     }
 
     /// The marker jobs, for the one task that sends them (taken once).
-    pub fn marker_jobs(&self) -> Option<mpsc::UnboundedReceiver<MarkerJob>> {
+    pub(crate) fn marker_jobs(&self) -> Option<mpsc::UnboundedReceiver<MarkerJob>> {
         self.jobs_rx.lock().take()
     }
 
@@ -169,14 +169,14 @@ impl TxnCoordinator {
     }
 
     /// Whether this broker coordinates transactions now.
-    pub fn is_coordinator(&self) -> bool {
+    pub(crate) fn is_coordinator(&self) -> bool {
         self.leadership.as_ref().is_none_or(|l| l().is_some())
     }
 
     /// Reads every transactional id from the topic again (startup, and in
     /// cluster mode after taking its partition over), then resends the
     /// markers of prepared transactions.
-    pub async fn reload(&self) -> Result<(), TxnError> {
+    pub(crate) async fn reload(&self) -> Result<(), TxnError> {
         self.loading.store(true, Ordering::Release);
         let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
         let replayed = self
@@ -288,7 +288,7 @@ impl TxnCoordinator {
     /// InitProducerId with a transactional id: the producer id and epoch to
     /// use, or CONCURRENT_TRANSACTIONS while the previous producer's open
     /// transaction is being aborted.
-    pub async fn init_producer_id(
+    pub(crate) async fn init_producer_id(
         &self,
         id: &str,
         timeout_ms: i32,
@@ -336,7 +336,7 @@ impl TxnCoordinator {
     /// AddPartitionsToTxn / AddOffsetsToTxn: adds partitions to the open
     /// transaction (starting it), durably. While the previous transaction is
     /// still being completed this waits for it, up to `CONCURRENT_WAIT`.
-    pub async fn add_partitions(
+    pub(crate) async fn add_partitions(
         &self,
         id: &str,
         producer_id: i64,
@@ -387,7 +387,7 @@ impl TxnCoordinator {
 
     /// AddPartitionsToTxn v4+ with verify_only: is the partition in the
     /// producer's ongoing transaction?
-    pub fn verify_partition(
+    pub(crate) fn verify_partition(
         &self,
         id: &str,
         producer_id: i64,
@@ -401,7 +401,7 @@ impl TxnCoordinator {
 
     /// Whether a TxnOffsetCommit may go ahead: the producer owns the id and
     /// its transaction includes `partition` (the group's offsets partition).
-    pub fn check_offsets_partition(
+    pub(crate) fn check_offsets_partition(
         &self,
         id: &str,
         producer_id: i64,
@@ -412,7 +412,7 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: answered once Prepare* is durable; the markers follow.
-    pub async fn end_txn(
+    pub(crate) async fn end_txn(
         &self,
         id: &str,
         producer_id: i64,
@@ -446,7 +446,7 @@ impl TxnCoordinator {
     /// Every marker of `job` is written: the transaction is complete.
     /// Applied once appended, without waiting for it to be durable (see the
     /// module docs), so that the producer's next transaction can start.
-    pub fn complete_markers(&self, job: &MarkerJob) -> Result<(), TxnError> {
+    pub(crate) fn complete_markers(&self, job: &MarkerJob) -> Result<(), TxnError> {
         let mut txns = self.txns.lock();
         self.coordinator_epoch()?;
         let Some(next) = state::complete(
@@ -470,7 +470,7 @@ impl TxnCoordinator {
 
     /// Whether the markers of `job` are still wanted: the coordinator still
     /// holds that transaction prepared (a new coordinator may have finished it).
-    pub fn wants_markers(&self, job: &MarkerJob) -> bool {
+    pub(crate) fn wants_markers(&self, job: &MarkerJob) -> bool {
         self.is_coordinator()
             && self
                 .txns
@@ -484,7 +484,7 @@ impl TxnCoordinator {
 
     /// Aborts transactions open longer than their timeout and forgets ids
     /// idle past `transactional.id.expiration.ms`. Returns how many of each.
-    pub async fn tick(&self) -> (usize, usize) {
+    pub(crate) async fn tick(&self) -> (usize, usize) {
         if self.coordinator_epoch().is_err() {
             return (0, 0);
         }
@@ -549,7 +549,7 @@ impl TxnCoordinator {
     }
 
     /// DescribeTransactions for one id.
-    pub fn describe(&self, id: &str) -> Result<TxnDescription, TxnError> {
+    pub(crate) fn describe(&self, id: &str) -> Result<TxnDescription, TxnError> {
         let txns = self.txns.lock();
         self.coordinator_epoch()?;
         let m = txns
@@ -560,7 +560,7 @@ impl TxnCoordinator {
     }
 
     /// ListTransactions: every id, filtered by the caller.
-    pub fn list(&self) -> Result<Vec<TxnDescription>, TxnError> {
+    pub(crate) fn list(&self) -> Result<Vec<TxnDescription>, TxnError> {
         let txns = self.txns.lock();
         self.coordinator_epoch()?;
         let mut out: Vec<TxnDescription> = txns

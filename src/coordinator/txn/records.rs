@@ -14,10 +14,10 @@ use super::state::{TxnMetadata, TxnState};
 
 #[derive(Debug, thiserror::Error)]
 #[error("malformed __transaction_state record: {0}")]
-pub struct TxnRecordError(String);
+pub(crate) struct TxnRecordError(String);
 
 /// Encodes TransactionLogKey v0.
-pub fn encode_key(transactional_id: &str) -> Bytes {
+pub(crate) fn encode_key(transactional_id: &str) -> Bytes {
     let mut b = BytesMut::with_capacity(4 + transactional_id.len());
     b.put_i16(0);
     b.put_i16(transactional_id.len() as i16);
@@ -25,7 +25,7 @@ pub fn encode_key(transactional_id: &str) -> Bytes {
     b.freeze()
 }
 
-pub fn decode_key(mut b: &[u8]) -> Result<String, TxnRecordError> {
+pub(crate) fn decode_key(mut b: &[u8]) -> Result<String, TxnRecordError> {
     let version = get_i16(&mut b)?;
     if version != 0 {
         return Err(TxnRecordError(format!("unknown key version {version}")));
@@ -35,7 +35,7 @@ pub fn decode_key(mut b: &[u8]) -> Result<String, TxnRecordError> {
 }
 
 /// Encodes TransactionLogValue v0 from a transaction's metadata.
-pub fn encode_value(m: &TxnMetadata) -> Bytes {
+pub(crate) fn encode_value(m: &TxnMetadata) -> Bytes {
     let mut b = BytesMut::with_capacity(64);
     b.put_i16(0);
     b.put_i64(m.producer_id);
@@ -62,7 +62,7 @@ pub fn encode_value(m: &TxnMetadata) -> Bytes {
 }
 
 /// Decodes TransactionLogValue v0 or v1.
-pub fn decode_value(mut b: &[u8]) -> Result<TxnMetadata, TxnRecordError> {
+pub(crate) fn decode_value(mut b: &[u8]) -> Result<TxnMetadata, TxnRecordError> {
     let version = get_i16(&mut b)?;
     let flexible = match version {
         0 => false,

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 
 /// Kafka's TransactionState, with the ids its log records use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TxnState {
+pub(crate) enum TxnState {
     #[default]
     Empty,
     Ongoing,
@@ -30,7 +30,7 @@ pub enum TxnState {
 }
 
 impl TxnState {
-    pub fn id(self) -> i8 {
+    pub(crate) fn id(self) -> i8 {
         match self {
             TxnState::Empty => 0,
             TxnState::Ongoing => 1,
@@ -43,7 +43,7 @@ impl TxnState {
         }
     }
 
-    pub fn from_id(id: i8) -> Option<TxnState> {
+    pub(crate) fn from_id(id: i8) -> Option<TxnState> {
         Some(match id {
             0 => TxnState::Empty,
             1 => TxnState::Ongoing,
@@ -58,7 +58,7 @@ impl TxnState {
     }
 
     /// The name DescribeTransactions and ListTransactions use.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TxnState::Empty => "Empty",
             TxnState::Ongoing => "Ongoing",
@@ -71,7 +71,7 @@ impl TxnState {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<TxnState> {
+    pub(crate) fn from_name(name: &str) -> Option<TxnState> {
         (0..=7)
             .filter_map(TxnState::from_id)
             .find(|s| s.name() == name)
@@ -88,7 +88,7 @@ impl TxnState {
 
 /// What is known about one transactional id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TxnMetadata {
+pub(crate) struct TxnMetadata {
     pub producer_id: i64,
     pub producer_epoch: i16,
     /// The id and epoch before the last bump, so that a retried
@@ -122,7 +122,7 @@ impl Default for TxnMetadata {
 }
 
 impl TxnMetadata {
-    pub fn partitions_by_topic(&self) -> Vec<(String, Vec<i32>)> {
+    pub(crate) fn partitions_by_topic(&self) -> Vec<(String, Vec<i32>)> {
         let mut out: Vec<(String, Vec<i32>)> = Vec::new();
         for (t, p) in &self.partitions {
             match out.last_mut() {
@@ -134,7 +134,7 @@ impl TxnMetadata {
     }
 
     /// The state others see: the fence while it is being written.
-    pub fn visible_state(&self) -> TxnState {
+    pub(crate) fn visible_state(&self) -> TxnState {
         match self.pending {
             Some(TxnState::PrepareEpochFence) => TxnState::PrepareEpochFence,
             _ => self.state,
@@ -143,7 +143,7 @@ impl TxnMetadata {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TxnError {
+pub(crate) enum TxnError {
     #[error("another operation on the transaction is in progress")]
     ConcurrentTransactions,
     #[error("the producer id does not match the transactional id")]
@@ -168,7 +168,7 @@ pub enum TxnError {
 
 /// What InitProducerId does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InitStep {
+pub(crate) enum InitStep {
     /// A producer id must be drawn first (a new transactional id, or an
     /// exhausted epoch); ask again with it.
     NeedProducerId,
@@ -188,7 +188,7 @@ const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 /// InitProducerId with a transactional id. `expected` is the producer's own
 /// id and epoch when it asks to bump them (KIP-360), `fresh_id` an id drawn
 /// after a `NeedProducerId`.
-pub fn init(
+pub(crate) fn init(
     current: Option<&TxnMetadata>,
     timeout_ms: i32,
     max_timeout_ms: i32,
@@ -295,7 +295,7 @@ fn check_producer(
 
 /// AddPartitionsToTxn (and AddOffsetsToTxn, which adds the group's offsets
 /// partition). `None`: every partition is in the transaction already.
-pub fn add_partitions(
+pub(crate) fn add_partitions(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
@@ -326,7 +326,7 @@ pub fn add_partitions(
 
 /// Whether a broker's verify-only AddPartitionsToTxn (v4+) finds the
 /// partition in the producer's ongoing transaction.
-pub fn verify_partition(
+pub(crate) fn verify_partition(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
@@ -348,7 +348,7 @@ pub fn verify_partition(
 
 /// What EndTxn does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EndStep {
+pub(crate) enum EndStep {
     /// Write this Prepare* metadata, answer, then send the markers.
     Write(TxnMetadata),
     /// The same outcome is already complete (a retried EndTxn): answer at once.
@@ -356,7 +356,7 @@ pub enum EndStep {
 }
 
 /// EndTxn from the producer.
-pub fn end(
+pub(crate) fn end(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
@@ -386,7 +386,7 @@ pub fn end(
 
 /// Once every partition has its marker: Complete*, with no partitions.
 /// `None` when the transaction moved on meanwhile (nothing to complete).
-pub fn complete(
+pub(crate) fn complete(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
@@ -412,7 +412,7 @@ pub fn complete(
 
 /// An ongoing transaction past its timeout: the abort to write, with the
 /// producer's epoch bumped so that it is fenced (as Kafka does).
-pub fn timed_out(m: &TxnMetadata, now_ms: i64) -> Option<TxnMetadata> {
+pub(crate) fn timed_out(m: &TxnMetadata, now_ms: i64) -> Option<TxnMetadata> {
     if m.pending.is_some()
         || m.state != TxnState::Ongoing
         || m.start_ms + i64::from(m.timeout_ms) > now_ms
@@ -429,7 +429,7 @@ pub fn timed_out(m: &TxnMetadata, now_ms: i64) -> Option<TxnMetadata> {
 }
 
 /// Whether an idle id has outlived `transactional.id.expiration.ms`.
-pub fn expired(m: &TxnMetadata, now_ms: i64, expiration_ms: i64) -> bool {
+pub(crate) fn expired(m: &TxnMetadata, now_ms: i64, expiration_ms: i64) -> bool {
     m.pending.is_none()
         && (m.state == TxnState::Empty || m.state.is_complete())
         && m.last_update_ms + expiration_ms <= now_ms

@@ -14,9 +14,9 @@ use crate::clock::SharedClock;
 use crate::format::batch::{encode_batch, BatchHeader};
 use crate::log::{AppendConfig, LogError, Partition};
 
-pub const TXN_TOPIC: &str = "__transaction_state";
+pub(crate) const TXN_TOPIC: &str = "__transaction_state";
 
-pub struct TxnStore {
+pub(crate) struct TxnStore {
     partition: Arc<Partition>,
     append_config: AppendConfig,
     wait_for_fsync: bool,
@@ -25,7 +25,7 @@ pub struct TxnStore {
 
 impl TxnStore {
     /// One compacted partition: its leader is every transaction's coordinator.
-    pub fn topic_spec(segment_bytes: i32) -> TopicSpec {
+    pub(crate) fn topic_spec(segment_bytes: i32) -> TopicSpec {
         TopicSpec {
             name: TXN_TOPIC,
             partitions: 1,
@@ -38,7 +38,7 @@ impl TxnStore {
 
     /// Opens the topic, creating it on first start; before the tier opens,
     /// so that it is tiered like every other partition.
-    pub fn open(
+    pub(crate) fn open(
         catalog: &Catalog,
         segment_bytes: i32,
         wait_for_fsync: bool,
@@ -59,7 +59,7 @@ impl TxnStore {
     }
 
     /// Appends one record; returns the end offset to wait for.
-    pub fn append(&self, key: Bytes, value: Option<Bytes>) -> Result<i64, LogError> {
+    pub(crate) fn append(&self, key: Bytes, value: Option<Bytes>) -> Result<i64, LogError> {
         let buf = encode_batch(
             vec![(Some(key), value, self.clock.now_ms())],
             None,
@@ -75,7 +75,7 @@ impl TxnStore {
         Ok(end)
     }
 
-    pub async fn durable(&self, end: i64) -> Result<(), LogError> {
+    pub(crate) async fn durable(&self, end: i64) -> Result<(), LogError> {
         if self.wait_for_fsync {
             self.partition.wait_durable(end).await?;
         }
@@ -83,7 +83,10 @@ impl TxnStore {
     }
 
     /// Every record from the start of the log, in order, through the tier.
-    pub async fn replay(&self, mut f: impl FnMut(Bytes, Option<Bytes>)) -> Result<(), LogError> {
+    pub(crate) async fn replay(
+        &self,
+        mut f: impl FnMut(Bytes, Option<Bytes>),
+    ) -> Result<(), LogError> {
         let mut offset = self.partition.log_start_offset();
         loop {
             let slice = self.partition.fetch_log(offset, 1 << 20, true).await?;
