@@ -78,8 +78,9 @@ enum Command {
         rate: u64,
     },
     /// Produce at a steady rate for `--seconds` while a consumer reads the
-    /// partitions' ends, and report produce→consume latency: how long a
-    /// record took from its send to its arrival at the consumer.
+    /// partitions' ends, and report produce→consume latency (how long a
+    /// record took from its send to its arrival at the consumer) and
+    /// produce latency (from its send to its acknowledgement).
     E2e {
         #[command(flatten)]
         target: Target,
@@ -540,15 +541,21 @@ fn end_to_end(t: &Target, seconds: u64, rate: u64, size: usize, acks: &str) -> a
     if acks == "-1" || acks == "all" {
         config.set("enable.idempotence", "true");
     }
-    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = config.create()?;
+    let acked = Latencies {
+        start,
+        micros: Mutex::new(Vec::with_capacity(total as usize)),
+        failed: AtomicU64::new(0),
+    };
+    let producer: ThreadedProducer<Latencies> = config.create_with_context(acked)?;
     let mut payload = vec![7u8; size];
     for i in 0..total {
         let due = start + Duration::from_secs_f64(1.0 + i as f64 / rate as f64);
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        payload[..8].copy_from_slice(&(start.elapsed().as_nanos() as u64).to_le_bytes());
-        let record = BaseRecord::<(), [u8], ()>::to(&t.topic)
+        let sent = start.elapsed().as_nanos() as u64;
+        payload[..8].copy_from_slice(&sent.to_le_bytes());
+        let record = BaseRecord::<(), [u8], usize>::with_opaque_to(&t.topic, sent as usize)
             .payload(&payload[..])
             .partition((i % t.partitions as u64) as i32);
         if let Err((e, _)) = producer.send(record) {
@@ -559,13 +566,22 @@ fn end_to_end(t: &Target, seconds: u64, rate: u64, size: usize, acks: &str) -> a
     let mut micros = reader.join().expect("reader thread")?;
     micros.sort_unstable();
     let at = |q: f64| micros[((micros.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
+    let context = producer.context();
+    let mut acked = std::mem::take(&mut *context.micros.lock().unwrap());
+    acked.sort_unstable();
+    ensure!(!acked.is_empty(), "no record was acknowledged");
+    let ack_at = |q: f64| acked[((acked.len() - 1) as f64 * q) as usize] as f64 / 1000.0;
     println!(
         "{}",
         json!({
             "records": micros.len(),
+            "failed": context.failed.load(Ordering::Relaxed),
             "e2e_p50_ms": at(0.5),
             "e2e_p99_ms": at(0.99),
             "e2e_max_ms": at(1.0),
+            "ack_p50_ms": ack_at(0.5),
+            "ack_p99_ms": ack_at(0.99),
+            "ack_max_ms": ack_at(1.0),
         })
     );
     Ok(())
