@@ -95,6 +95,12 @@ enum Command {
         /// 0, 1 or -1 (all).
         #[arg(long, default_value = "-1", allow_hyphen_values = true)]
         acks: String,
+        /// Requests in flight per connection, without idempotence. librdkafka
+        /// sends one partition per produce request and, idempotent, at most
+        /// 5 at a time, so against a broker that answers in tens of
+        /// milliseconds its records queue in the client; this lifts that.
+        #[arg(long)]
+        in_flight: Option<u32>,
     },
     /// Read `--records` records back from offset 0 of every partition.
     Consume {
@@ -195,7 +201,8 @@ fn main() -> anyhow::Result<()> {
             rate,
             size,
             acks,
-        } => end_to_end(&target, seconds, rate, size.max(8), &acks),
+            in_flight,
+        } => end_to_end(&target, seconds, rate, size.max(8), &acks, in_flight),
         Command::Count { target } => count(&target),
     }
 }
@@ -495,7 +502,14 @@ fn steady(t: &Target, seconds: u64, rate: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn end_to_end(t: &Target, seconds: u64, rate: u64, size: usize, acks: &str) -> anyhow::Result<()> {
+fn end_to_end(
+    t: &Target,
+    seconds: u64,
+    rate: u64,
+    size: usize,
+    acks: &str,
+    in_flight: Option<u32>,
+) -> anyhow::Result<()> {
     let start = Instant::now();
     let total = seconds * rate;
     let consumer: BaseConsumer = t
@@ -538,8 +552,14 @@ fn end_to_end(t: &Target, seconds: u64, rate: u64, size: usize, acks: &str) -> a
     });
     let mut config = t.client()?;
     config.set("acks", acks).set("linger.ms", "1");
-    if acks == "-1" || acks == "all" {
-        config.set("enable.idempotence", "true");
+    match in_flight {
+        Some(n) => {
+            config.set("max.in.flight.requests.per.connection", n.to_string());
+        }
+        None if acks == "-1" || acks == "all" => {
+            config.set("enable.idempotence", "true");
+        }
+        None => {}
     }
     let acked = Latencies {
         start,

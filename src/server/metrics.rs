@@ -23,6 +23,7 @@ use crate::compaction::worker::MergeTotals;
 use crate::manifest::counted::{Op, RequestCounts};
 use crate::metrics::Timer;
 use crate::tier::Tier;
+use crate::wal::Wal;
 
 /// What `/metrics` serves: the request metrics, and everything else read
 /// when scraped.
@@ -39,6 +40,8 @@ pub(super) struct Scraped {
     pub scheduler: Arc<Scheduler>,
     pub store: Arc<RequestCounts>,
     pub merges: Arc<MergeTotals>,
+    /// Cluster mode.
+    pub wal: Option<Arc<Wal>>,
 }
 
 impl fmt::Debug for Scraped {
@@ -307,6 +310,32 @@ impl Scraped {
     }
 }
 
+impl Scraped {
+    fn wal(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(wal) = &self.wal else {
+            return Ok(());
+        };
+        counter(
+            e,
+            "strata_wal_objects_written",
+            "Write-ahead log objects written to the object store",
+            wal.stats.puts.load(Relaxed),
+        )?;
+        histogram(
+            e,
+            "strata_wal_put_latency_seconds",
+            "Time to PUT one write-ahead log object, retries included",
+            &wal.stats.put_latency,
+        )?;
+        histogram(
+            e,
+            "strata_wal_ack_latency_seconds",
+            "From a write-ahead log object's taking to its acknowledgement (after every earlier object)",
+            &wal.stats.ack_latency,
+        )
+    }
+}
+
 impl Collector for Scraped {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         self.topics(&mut e)?;
@@ -314,6 +343,7 @@ impl Collector for Scraped {
         self.store(&mut e)?;
         self.tier(&mut e)?;
         self.compaction(&mut e)?;
+        self.wal(&mut e)?;
         histogram(
             &mut e,
             "strata_log_fsync_latency_seconds",

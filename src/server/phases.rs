@@ -632,6 +632,7 @@ pub(super) fn report_serving(
         scheduler: state.scheduler.clone(),
         store: store.clone(),
         merges,
+        wal: joined.map(|j| j.wal.clone()),
     };
     let lease = joined.map(|j| j.node.member().subscribe());
     health.serving(super::metrics::registry(requests, scraped), lease);

@@ -55,11 +55,13 @@ use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader, WalObject};
 use crate::format::FormatError;
 use crate::log::{DurableMark, HeadSink, LogError};
+use crate::metrics::Timer;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -130,11 +132,24 @@ pub struct Wal {
     acked: watch::Sender<u64>,
     fenced: watch::Sender<bool>,
     next_seq: AtomicU64,
+    pub stats: WalStats,
+}
+
+/// What the WAL reports to `/metrics`.
+#[derive(Default)]
+pub struct WalStats {
+    /// Objects written.
     pub puts: AtomicU64,
+    /// Of each object's PUT, retries included.
+    pub put_latency: Timer,
+    /// From an object's taking to its acknowledgement, which also waits
+    /// for every object below it.
+    pub ack_latency: Timer,
 }
 
 struct Landed {
     marks: Vec<(DurableMark, i64)>,
+    taken: Instant,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -165,7 +180,7 @@ impl Wal {
             acked: watch::Sender::new(next),
             fenced: watch::Sender::new(false),
             next_seq: AtomicU64::new(next),
-            puts: AtomicU64::new(0),
+            stats: WalStats::default(),
         }))
     }
 
@@ -284,6 +299,7 @@ impl Wal {
                 len,
             )
         };
+        let taken = Instant::now();
         let mut delay = BACKOFF_MIN;
         let outcome = loop {
             if self.is_fenced() {
@@ -300,8 +316,14 @@ impl Wal {
         };
         self.in_flight.fetch_sub(len, Ordering::Relaxed);
         if outcome {
-            self.puts.fetch_add(1, Ordering::Relaxed);
-            self.land(seq, Landed { marks, _slot: slot });
+            self.stats.puts.fetch_add(1, Ordering::Relaxed);
+            self.stats.put_latency.observe(taken.elapsed());
+            let landed = Landed {
+                marks,
+                taken,
+                _slot: slot,
+            };
+            self.land(seq, landed);
             return;
         }
         if !self.fenced.send_replace(true) {
@@ -322,9 +344,10 @@ impl Wal {
         waiting.insert(seq, landed);
         let mut next = *self.acked.borrow();
         while !self.is_fenced() {
-            let Some(Landed { marks, .. }) = waiting.remove(&next) else {
+            let Some(Landed { marks, taken, .. }) = waiting.remove(&next) else {
                 break;
             };
+            self.stats.ack_latency.observe(taken.elapsed());
             for (durable, end) in marks {
                 durable.send_if_modified(|at| {
                     let advanced = end > *at;
@@ -664,7 +687,7 @@ mod tests {
         waiting.await.unwrap();
         wait_durable(&pb, 101).await.unwrap();
         assert_eq!(
-            wal.puts.load(Ordering::Relaxed),
+            wal.stats.puts.load(Ordering::Relaxed),
             1,
             "one object for both partitions"
         );
@@ -731,6 +754,7 @@ mod tests {
             2,
             Landed {
                 marks: vec![(second.clone(), 10)],
+                taken: Instant::now(),
                 _slot: slot2,
             },
         );
@@ -740,6 +764,7 @@ mod tests {
             1,
             Landed {
                 marks: vec![(first.clone(), 5)],
+                taken: Instant::now(),
                 _slot: slot1,
             },
         );
