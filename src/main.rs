@@ -105,7 +105,11 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Compact(args) => {
             init_logging(&args.log_level);
-            let store = open_configured(&args.store.settings(), &args.data_dir)?;
+            let store = open_configured(
+                &args.store.settings(),
+                &args.data_dir,
+                strata::clock::os_random(),
+            )?;
             let scratch = args.scratch_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("strata-compact-{}", std::process::id()))
             });
@@ -137,7 +141,11 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Levels(args) => {
-            let store = open_configured(&args.store.settings(), &args.data_dir)?;
+            let store = open_configured(
+                &args.store.settings(),
+                &args.data_dir,
+                strata::clock::os_random(),
+            )?;
             let now_ms = strata::clock::SystemClock.now_ms();
             let report = runtime.block_on(levels::report(&store, &args.topic, now_ms))?;
             print!("{report}");

@@ -1,10 +1,14 @@
 //! An object store that fails or stalls requests on demand, wrapped around a
 //! real one: how tests show the broker keeps serving from the head and the
-//! cache while the store is down, and catches up when it returns.
+//! cache while the store is down, and catches up when it returns. It can
+//! also hold every request by a log-normal delay, like S3's, so benchmarks
+//! see a remote store's latency with none of a store server's CPU on the
+//! machine (`--store-latency-ms`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
@@ -14,6 +18,8 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 use tokio::sync::watch;
+
+use crate::clock::SharedRandom;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
@@ -25,10 +31,36 @@ pub enum Fault {
     Stall,
 }
 
+/// A log-normal latency: half the requests take less than `median`, 99% less
+/// than `p99`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latency {
+    pub median: Duration,
+    pub p99: Duration,
+}
+
+impl Latency {
+    /// `median · e^(σz)` for a standard normal `z` (Box–Muller over two
+    /// uniforms from `random`), with σ putting the 99th percentile at `p99`.
+    fn draw(&self, random: &SharedRandom) -> Duration {
+        const Z99: f64 = 2.326;
+        // A v4 UUID's bits are random but for the version (bits 76..80)
+        // and the variant (bits 62..64).
+        let bits = random.uuid().as_u128();
+        let u1 = (bits >> 80) as f64 / (1u64 << 48) as f64;
+        let u2 = (bits as u64 & ((1 << 62) - 1)) as f64 / (1u64 << 62) as f64;
+        let z = (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        let ratio = self.p99.as_secs_f64() / self.median.as_secs_f64().max(1e-9);
+        let sigma = ratio.max(1.0).ln() / Z99;
+        self.median.mul_f64((sigma * z).exp())
+    }
+}
+
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     fault: watch::Sender<Fault>,
+    latency: Option<(Latency, SharedRandom)>,
     /// Requests that reached the inner store.
     pub passed: AtomicU64,
     /// Requests refused by the fault.
@@ -40,9 +72,26 @@ impl FaultyStore {
         FaultyStore {
             inner,
             fault: watch::Sender::new(Fault::None),
+            latency: None,
             passed: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
+    }
+
+    /// Every request passed on waits a draw of `latency` first.
+    pub fn with_latency(
+        inner: Arc<dyn ObjectStore>,
+        latency: Latency,
+        random: SharedRandom,
+    ) -> FaultyStore {
+        FaultyStore {
+            latency: Some((latency, random)),
+            ..FaultyStore::new(inner)
+        }
+    }
+
+    fn delay(&self) -> Option<Duration> {
+        self.latency.as_ref().map(|(l, random)| l.draw(random))
     }
 
     pub fn set(&self, fault: Fault) {
@@ -56,6 +105,9 @@ impl FaultyStore {
             match fault {
                 Fault::None => {
                     self.passed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(delay) = self.delay() {
+                        tokio::time::sleep(delay).await;
+                    }
                     return Ok(());
                 }
                 Fault::Fail => {
@@ -117,11 +169,17 @@ impl ObjectStore for FaultyStore {
         let prefix = prefix.cloned();
         let gate = {
             let mut rx = self.fault.subscribe();
+            let delay = self.delay();
             async move {
                 loop {
                     let fault = *rx.borrow_and_update();
                     match fault {
-                        Fault::None => return Ok(()),
+                        Fault::None => {
+                            if let Some(delay) = delay {
+                                tokio::time::sleep(delay).await;
+                            }
+                            return Ok(());
+                        }
                         Fault::Fail => {
                             return Err(object_store::Error::Generic {
                                 store: "faulty",
@@ -196,5 +254,19 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn latency_draws_have_the_median_and_99th_percentile_asked_for() {
+        let latency = Latency {
+            median: Duration::from_millis(40),
+            p99: Duration::from_millis(160),
+        };
+        let random: SharedRandom = Arc::new(crate::clock::OsRandom);
+        let mut draws: Vec<Duration> = (0..20_000).map(|_| latency.draw(&random)).collect();
+        draws.sort_unstable();
+        let ms = |q: f64| draws[(q * draws.len() as f64) as usize].as_secs_f64() * 1000.0;
+        assert!((36.0..44.0).contains(&ms(0.5)), "median {}", ms(0.5));
+        assert!((130.0..195.0).contains(&ms(0.99)), "p99 {}", ms(0.99));
     }
 }

@@ -16,7 +16,9 @@ use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::ObjectStore;
 
+use super::fault::{FaultyStore, Latency};
 use super::ManifestError;
+use crate::clock::SharedRandom;
 
 /// The store URL used when none is given.
 pub fn default_url(data_dir: &FsPath) -> String {
@@ -40,19 +42,26 @@ pub struct S3Options {
 pub struct StoreSettings {
     pub url: Option<String>,
     pub s3: S3Options,
+    /// Benchmarks and tests: every request is held by a draw of this first.
+    pub latency: Option<Latency>,
 }
 
 /// Opens the store `settings` name, by default the `file://` store under
-/// `data_dir`.
+/// `data_dir`; `random` draws the latency, if one is set.
 pub fn open_configured(
     settings: &StoreSettings,
     data_dir: &FsPath,
+    random: SharedRandom,
 ) -> Result<Arc<dyn ObjectStore>, ManifestError> {
     let url = settings
         .url
         .clone()
         .unwrap_or_else(|| default_url(data_dir));
-    open(&url, &settings.s3)
+    let store = open(&url, &settings.s3)?;
+    Ok(match settings.latency {
+        Some(latency) => Arc::new(FaultyStore::with_latency(store, latency, random)),
+        None => store,
+    })
 }
 
 /// Opens the store for `url`; every key the broker uses is relative to it.

@@ -31,7 +31,7 @@ use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
 use crate::tier::{Claim, Tier, WalCollector};
-use crate::wal::{self, Wal};
+use crate::wal::{self, Wal, WalSettings};
 
 /// How long to wait for etcd to describe the internal topics at startup.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -92,13 +92,12 @@ pub(super) async fn join(
     let proposal = Uuid::new_v4().simple().to_string();
     let cluster_id = etcd.agree(&etcd.keys().cluster_id(), &proposal).await?;
     let own_floor = wal::fence(store, config.node_id, config.node_id).await?;
-    let wal = Wal::open(
-        store.clone(),
-        config.node_id,
-        Duration::from_millis(config.wal_flush_ms.max(1)),
-        config.wal_max_bytes,
-    )
-    .await?;
+    let wal_settings = WalSettings {
+        flush_every: Duration::from_millis(config.wal_flush_ms.max(1)),
+        max_bytes: config.wal_max_bytes,
+        hedge_after: (config.wal_hedge_ms > 0).then(|| Duration::from_millis(config.wal_hedge_ms)),
+    };
+    let wal = Wal::open(store.clone(), config.node_id, wal_settings).await?;
     let view = ClusterView::start(member.etcd().clone(), config.node_id);
     view.wait_for(|s| s.revision > 0).await;
     let controller = Controller::spawn(&member);
@@ -169,8 +168,13 @@ fn sync_topics(node: &ClusterNode, catalog: &Catalog) -> anyhow::Result<()> {
 /// How often write-ahead log objects are checked for collection.
 const WAL_COLLECT_EVERY: Duration = Duration::from_secs(10);
 
-/// Deletes write-ahead log objects whose data sealed segments hold, until `stop`.
-pub(super) async fn collect_wal(tier: Arc<Tier>, mut stop: watch::Receiver<bool>) {
+/// Deletes write-ahead log objects whose data sealed segments hold, until
+/// `stop`: this broker's own and those of brokers no longer registered.
+pub(super) async fn collect_wal(
+    tier: Arc<Tier>,
+    node: Arc<ClusterNode>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut collector = WalCollector::default();
     let mut tick = tokio::time::interval(WAL_COLLECT_EVERY);
     loop {
@@ -178,7 +182,13 @@ pub(super) async fn collect_wal(tier: Arc<Tier>, mut stop: watch::Receiver<bool>
             _ = stop.wait_for(|s| *s) => return,
             _ = tick.tick() => {}
         }
-        match collector.collect(&tier).await {
+        let others: HashSet<i32> = node
+            .brokers()
+            .into_iter()
+            .map(|b| b.node_id)
+            .filter(|&id| id != node.node_id())
+            .collect();
+        match collector.collect(&tier, &others).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(objects = n, "collected write-ahead log objects"),
             Err(e) => tracing::warn!(error = %e, "collecting write-ahead log objects failed"),

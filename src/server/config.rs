@@ -18,6 +18,7 @@ use crate::catalog::config::ConfigType;
 
 pub use crate::auth::client::SaslLogin;
 use crate::auth::tls::ClientAuth;
+use crate::manifest::fault::Latency;
 
 /// `--ssl-client-auth`: Kafka's ssl.client.auth values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -198,6 +199,12 @@ pub struct BrokerConfig {
     /// many bytes are pending.
     #[arg(long, env = "STRATA_WAL_MAX_BYTES", default_value_t = 4 << 20)]
     pub wal_max_bytes: usize,
+
+    /// Cluster mode: a write-ahead log object's PUT not answered within this
+    /// many ms is sent again and the first answer wins (0: never). Cuts the
+    /// tail of the store's latency for a few more PUTs.
+    #[arg(long, env = "STRATA_WAL_HEDGE_MS", default_value_t = 100)]
+    pub wal_hedge_ms: u64,
 
     /// Cluster mode: the longest a batch stays only in the write-ahead log.
     /// An active segment this old is sealed and uploaded even when its
@@ -474,6 +481,27 @@ pub struct StoreArgs {
     /// path-style, which self-hosted S3 servers need.
     #[arg(long, env = "STRATA_S3_VIRTUAL_HOSTED", default_value_t = false, action = clap::ArgAction::Set)]
     pub s3_virtual_hosted: bool,
+
+    /// For benchmarks and tests, not production: hold every store request
+    /// by a log-normal delay with this median and 99th percentile, in ms
+    /// (`40,160` is like S3 Standard's PUTs, `5,15` like S3 Express One Zone).
+    #[arg(long, env = "STRATA_STORE_LATENCY_MS", value_name = "MEDIAN,P99", value_parser = parse_latency)]
+    pub store_latency_ms: Option<Latency>,
+}
+
+fn parse_latency(s: &str) -> Result<Latency, String> {
+    let ms = |v: &str| {
+        v.trim()
+            .parse::<u64>()
+            .map(std::time::Duration::from_millis)
+            .map_err(|e| format!("{v:?}: {e}"))
+    };
+    let (median, p99) = s.split_once(',').ok_or("expected MEDIAN,P99 in ms")?;
+    let (median, p99) = (ms(median)?, ms(p99)?);
+    if p99 < median {
+        return Err("the 99th percentile is below the median".into());
+    }
+    Ok(Latency { median, p99 })
 }
 
 impl StoreArgs {
@@ -486,6 +514,7 @@ impl StoreArgs {
                 allow_http: self.s3_allow_http,
                 virtual_hosted: self.s3_virtual_hosted,
             },
+            latency: self.store_latency_ms,
         }
     }
 }

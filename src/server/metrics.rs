@@ -321,6 +321,12 @@ impl Scraped {
             "Write-ahead log objects written to the object store",
             wal.stats.puts.load(Relaxed),
         )?;
+        counter(
+            e,
+            "strata_wal_hedged_puts",
+            "Write-ahead log PUTs sent again because the first was not answered in --wal-hedge-ms",
+            wal.stats.hedged.load(Relaxed),
+        )?;
         histogram(
             e,
             "strata_wal_put_latency_seconds",

@@ -82,7 +82,7 @@ impl Server {
         let data_dir = data_dir::claim(&config.data_dir, random.as_ref())?;
         let (stop, stop_rx) = watch::channel(false);
         let mut jobs = Jobs::new(stop_rx);
-        let (store, store_requests) = open_store(&config, store)?;
+        let (store, store_requests) = open_store(&config, store, &random)?;
         let health = serve_health(&config, &store, &mut jobs).await?;
         restore(&config, &store).await?;
         let listeners = bind_listeners(&config).await?;

@@ -54,10 +54,14 @@ const REQUEUE_AFTER: Duration = Duration::from_secs(300);
 pub(super) fn open_store(
     config: &BrokerConfig,
     store: Option<Arc<dyn ObjectStore>>,
+    random: &SharedRandom,
 ) -> anyhow::Result<(Arc<dyn ObjectStore>, Arc<RequestCounts>)> {
     let store = match store {
         Some(s) => s,
-        None => open_configured(&config.object_store.settings(), &config.data_dir)?,
+        None => {
+            let settings = config.object_store.settings();
+            open_configured(&settings, &config.data_dir, random.clone())?
+        }
     };
     Ok(Counted::wrap(store))
 }
@@ -448,7 +452,7 @@ pub(super) fn spawn_jobs(
         jobs.spawn("leadership", leadership.run(stop.clone()));
         jobs.spawn(
             "write-ahead log collection",
-            cluster::collect_wal(state.tier.clone(), stop.clone()),
+            cluster::collect_wal(state.tier.clone(), j.node.clone(), stop.clone()),
         );
         jobs.spawn(
             "ACL and quota refresh",

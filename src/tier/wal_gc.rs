@@ -9,6 +9,13 @@
 //! into one), and so does a node's newest object, since a fence is written
 //! at the sequence number after the newest one. Entry tables are read once
 //! and remembered.
+//!
+//! A live broker collects its own objects; the others leave them to it, so
+//! each object's table is read once, not once per broker. A dead broker's
+//! objects are everybody's. And a partition this broker leads is never
+//! refreshed from the store: its uploads are the only ones that move the
+//! tiered end, and they went through this broker. (Skipping an object or a
+//! refresh only keeps an object longer, never deletes one early.)
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -29,9 +36,14 @@ pub struct WalCollector {
 }
 
 impl WalCollector {
-    /// Deletes the WAL objects whose data the manifests hold. Returns how
-    /// many went.
-    pub async fn collect(&mut self, tier: &Tier) -> Result<usize, TierError> {
+    /// Deletes the WAL objects whose data the manifests hold, but for the
+    /// objects of `others` (live brokers besides this one, which collect
+    /// their own). Returns how many went.
+    pub async fn collect(
+        &mut self,
+        tier: &Tier,
+        others: &HashSet<i32>,
+    ) -> Result<usize, TierError> {
         let store = tier.store().clone();
         let listed = wal::list_all(&store).await?;
         let present: HashSet<(i32, u64)> = listed
@@ -42,6 +54,9 @@ impl WalCollector {
         let mut refreshed: HashSet<(Uuid, i32)> = HashSet::new();
         let mut deleted = 0;
         for (node, seqs) in listed {
+            if others.contains(&node) {
+                continue;
+            }
             let Some((_, older)) = seqs.split_last() else {
                 continue;
             };
@@ -59,7 +74,9 @@ impl WalCollector {
                         break;
                     };
                     let end = |r: &TieredPartition| r.manifest().end_offset().unwrap_or(i64::MIN);
-                    if end(&remote) <= e.last_offset && refreshed.insert((e.topic_id, e.partition))
+                    if end(&remote) <= e.last_offset
+                        && !tier.tends(e.topic_id, e.partition)
+                        && refreshed.insert((e.topic_id, e.partition))
                     {
                         // Led elsewhere, the copy here may be stale.
                         remote.refresh().await?;
@@ -118,7 +135,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::format::batch::encode_batch;
     use crate::log::HeadSink;
-    use crate::wal::Wal;
+    use crate::wal::{Wal, WalSettings};
 
     #[tokio::test]
     async fn objects_naming_a_partition_this_broker_never_led_are_collected() {
@@ -152,9 +169,13 @@ mod tests {
             .adopt_topic("t", topic.id(), 1, TopicConfig::default())
             .unwrap();
         // A (dead) broker's log holds offsets 0 and 1 of it, one object each.
-        let wal = Wal::open(store.clone(), 9, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            9,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let sink = wal.partition(topic.id(), 0);
         let durable = Arc::new(tokio::sync::watch::Sender::new(0));
         for offset in 0..2 {
@@ -162,7 +183,10 @@ mod tests {
             wal.flush().await;
         }
 
-        let collected = WalCollector::default().collect(&tier).await.unwrap();
+        let collected = WalCollector::default()
+            .collect(&tier, &HashSet::new())
+            .await
+            .unwrap();
         assert_eq!(collected, 1, "all but the node's newest object");
         let left = wal::list_all(&store).await.unwrap();
         assert_eq!(left.get(&9), Some(&vec![2]));

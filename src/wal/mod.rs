@@ -40,6 +40,16 @@
 //!
 //! A PUT whose answer was lost and that landed after all is told apart from
 //! a fence by the writer nonce in the object.
+//!
+//! A store's latency has a long tail (S3 Standard: a median of tens of
+//! milliseconds, a 99th percentile of hundreds), and in-order acknowledgement
+//! makes every later object wait for a slow one. So a PUT not answered
+//! within `hedge_after` is sent again, and the first answer wins (S3's own
+//! advice for latency-sensitive writes). Both are create-only PUTs of the
+//! same bytes under the same key: whichever lands first, the other finds
+//! the key taken by our nonce, which counts as written, as above; and
+//! against a fence both fail. So a hedge is one more attempt of the same
+//! object and fencing stays as described.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -113,6 +123,28 @@ struct Pending {
     marks: Vec<(DurableMark, i64)>,
 }
 
+/// How the write-ahead log writes its objects.
+#[derive(Debug, Clone)]
+pub struct WalSettings {
+    /// Pending batches are written every this often (`--wal-flush-ms`)...
+    pub flush_every: Duration,
+    /// ...or sooner once this many bytes are pending.
+    pub max_bytes: usize,
+    /// A PUT not answered by then is sent again; `None`: never.
+    pub hedge_after: Option<Duration>,
+}
+
+impl WalSettings {
+    /// No hedged PUTs.
+    pub fn new(flush_every: Duration, max_bytes: usize) -> WalSettings {
+        WalSettings {
+            flush_every,
+            max_bytes,
+            hedge_after: None,
+        }
+    }
+}
+
 /// One broker's write-ahead log.
 pub struct Wal {
     store: Arc<dyn ObjectStore>,
@@ -120,6 +152,7 @@ pub struct Wal {
     nonce: u64,
     flush_every: Duration,
     max_bytes: usize,
+    hedge_after: Option<Duration>,
     pending: Mutex<Pending>,
     /// Bytes taken for objects not yet written.
     in_flight: AtomicU64,
@@ -140,6 +173,8 @@ pub struct Wal {
 pub struct WalStats {
     /// Objects written.
     pub puts: AtomicU64,
+    /// PUTs sent again because the first was slow.
+    pub hedged: AtomicU64,
     /// Of each object's PUT, retries included.
     pub put_latency: Timer,
     /// From an object's taking to its acknowledgement, which also waits
@@ -159,8 +194,7 @@ impl Wal {
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         node_id: i32,
-        flush_every: Duration,
-        max_bytes: usize,
+        settings: WalSettings,
     ) -> Result<Arc<Wal>, WalError> {
         let next = list_seqs(&store, node_id)
             .await?
@@ -170,8 +204,9 @@ impl Wal {
             store,
             node_id,
             nonce: rand_nonce(),
-            flush_every,
-            max_bytes: max_bytes.max(1),
+            flush_every: settings.flush_every,
+            max_bytes: settings.max_bytes.max(1),
+            hedge_after: settings.hedge_after,
             pending: Mutex::new(Pending::default()),
             in_flight: AtomicU64::new(0),
             kick: Notify::new(),
@@ -361,9 +396,37 @@ impl Wal {
             .send_if_modified(|a| std::mem::replace(a, next) != next);
     }
 
-    /// PUTs object `seq`: `Ok(true)` once it is ours in the store,
+    /// PUTs object `seq`, hedged: `Ok(true)` once it is ours in the store,
     /// `Ok(false)` when someone else's (a fence) holds the key.
     async fn put(&self, seq: u64, bytes: Bytes) -> Result<bool, WalError> {
+        let first = self.put_once(seq, bytes.clone());
+        let Some(after) = self.hedge_after else {
+            return first.await;
+        };
+        tokio::pin!(first);
+        tokio::select! {
+            biased;
+            answer = &mut first => return answer,
+            _ = tokio::time::sleep(after) => {}
+        }
+        self.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        let second = self.put_once(seq, bytes);
+        tokio::pin!(second);
+        // The first answer wins; a failure waits for the other one's.
+        tokio::select! {
+            biased;
+            answer = &mut first => match answer {
+                Ok(ours) => Ok(ours),
+                Err(_) => second.await,
+            },
+            answer = &mut second => match answer {
+                Ok(ours) => Ok(ours),
+                Err(_) => first.await,
+            },
+        }
+    }
+
+    async fn put_once(&self, seq: u64, bytes: Bytes) -> Result<bool, WalError> {
         let key = object_key(self.node_id, seq);
         let opts = PutOptions {
             mode: PutMode::Create,
@@ -605,6 +668,7 @@ fn rand_nonce() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::fault::{Fault, FaultyStore};
     use object_store::memory::InMemory;
 
     fn store() -> Arc<dyn ObjectStore> {
@@ -671,11 +735,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_slow_put_is_sent_again_and_the_first_answer_acknowledges_the_object() {
+        let faulty = Arc::new(FaultyStore::new(store()));
+        let settings = WalSettings {
+            hedge_after: Some(Duration::from_millis(20)),
+            ..WalSettings::new(Duration::from_millis(5), 1 << 20)
+        };
+        let wal = Wal::open(faulty.clone(), 1, settings).await.unwrap();
+        let p = sink(&wal, Uuid::from_u128(1), 0, 0);
+        append(&p, 0, 0, b"a").await;
+        // Both requests wait in the store until it answers again; the first
+        // answer acknowledges the object.
+        faulty.set(Fault::Stall);
+        let flushing = tokio::spawn({
+            let wal = wal.clone();
+            async move { wal.flush().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(wal.stats.hedged.load(Ordering::Relaxed), 1);
+        faulty.set(Fault::None);
+        flushing.await.unwrap();
+        assert!(!wal.is_fenced());
+        wait_durable(&p, 1).await.unwrap();
+        assert_eq!(wal.stats.puts.load(Ordering::Relaxed), 1);
+        let store: Arc<dyn ObjectStore> = faulty;
+        let got = read_partition(&store, 1, u64::MAX, Uuid::from_u128(1), 0, 0);
+        assert_eq!(got.await.unwrap(), vec![Bytes::from_static(b"Ha")]);
+    }
+
+    #[tokio::test]
     async fn acknowledges_once_the_object_is_written_and_reads_back_per_partition() {
         let store = store();
-        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            1,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let pa = sink(&wal, a, 0, 0);
         let pb = sink(&wal, b, 3, 100);
@@ -709,9 +806,13 @@ mod tests {
     #[tokio::test]
     async fn a_fenced_writer_acknowledges_nothing_more_and_a_reopened_one_goes_on() {
         let store = store();
-        let wal = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            7,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let p = sink(&wal, Uuid::from_u128(1), 0, 0);
         append(&p, 0, 0, b"kept").await;
         wal.flush().await;
@@ -729,9 +830,13 @@ mod tests {
             .unwrap();
         assert_eq!(below, vec![Bytes::from_static(b"Hkept")]);
         // A new run of the broker starts after the fence.
-        let again = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let again = Wal::open(
+            store.clone(),
+            7,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let p = sink(&again, Uuid::from_u128(1), 0, 1);
         append(&p, 1, 1, b"new").await;
         again.flush().await;
@@ -741,9 +846,13 @@ mod tests {
 
     #[tokio::test]
     async fn objects_are_acknowledged_in_sequence_order_whatever_order_they_land_in() {
-        let wal = Wal::open(store(), 1, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store(),
+            1,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let (first, second): (DurableMark, DurableMark) = (
             Arc::new(watch::Sender::new(0)),
             Arc::new(watch::Sender::new(0)),
@@ -776,9 +885,13 @@ mod tests {
     #[tokio::test]
     async fn a_taker_plugs_the_slots_of_objects_still_in_flight() {
         let store = store();
-        let wal = Wal::open(store.clone(), 7, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            7,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let object = |seq| {
             let mut b = WalBuilder::default();
             b.push(Uuid::from_u128(1), 0, 0, seq as i64, seq as i64, b"H", b"x");
@@ -803,9 +916,13 @@ mod tests {
     #[tokio::test]
     async fn a_put_that_landed_but_looked_failed_counts_as_written() {
         let store = store();
-        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            1,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let mut builder = WalBuilder::default();
         builder.push(Uuid::from_u128(1), 0, 0, 0, 0, b"H", b"x");
         let header = WalHeader {
@@ -824,9 +941,13 @@ mod tests {
     #[tokio::test]
     async fn overlapping_entries_read_back_once() {
         let store = store();
-        let wal = Wal::open(store.clone(), 1, Duration::from_millis(5), 1 << 20)
-            .await
-            .unwrap();
+        let wal = Wal::open(
+            store.clone(),
+            1,
+            WalSettings::new(Duration::from_millis(5), 1 << 20),
+        )
+        .await
+        .unwrap();
         let id = Uuid::from_u128(5);
         let p = sink(&wal, id, 0, 0);
         append(&p, 0, 4, b"first").await;

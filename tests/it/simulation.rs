@@ -28,7 +28,7 @@
 //! `SIM_SEED=n cargo test --release --test it simulation::`; `SIM_SEEDS=n` runs
 //! more seeds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -51,7 +51,7 @@ use strata::clock::{Clock, SharedClock};
 use strata::format::batch::{encode_batch, whole_batches_len};
 use strata::log::Visibility;
 use strata::tier::{Claim, Remotes, Tier, TierSettings, WalCollector};
-use strata::wal::{self, Wal};
+use strata::wal::{self, Wal, WalSettings};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -63,6 +63,8 @@ const NODES: [i32; 3] = [1, 2, 3];
 const TTL: Duration = Duration::from_secs(2);
 const STEPS: usize = 200;
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// Below many draws of the store's latency, so hedges are frequent.
+const HEDGE_AFTER: Duration = Duration::from_millis(40);
 
 /// splitmix64: small, fast, and the same everywhere.
 #[derive(Clone)]
@@ -495,7 +497,13 @@ impl World {
         let opened = async {
             // In the server's order: the write-ahead log, then what writes to it.
             wal::fence(&store, id, id).await?;
-            let wal = Wal::open(store.clone(), id, FLUSH_EVERY, 64 << 10).await?;
+            // Hedged PUTs on: a slow PUT and its twin may both land, or
+            // one may meet a fence.
+            let wal_settings = WalSettings {
+                hedge_after: Some(HEDGE_AFTER),
+                ..WalSettings::new(FLUSH_EVERY, 64 << 10)
+            };
+            let wal = Wal::open(store.clone(), id, wal_settings).await?;
             let sinks = wal.clone();
             let settings = TierSettings {
                 scope: Some(Arc::new(move |t, p| {
@@ -869,12 +877,22 @@ impl World {
         let Some(i) = self.rng.pick(&self.nodes_where(|n| n.run.is_some())) else {
             return;
         };
+        // The other registered nodes (a live lease) collect their own objects.
+        let me = self.nodes[i].id;
+        let others: HashSet<i32> = self
+            .etcd
+            .lock()
+            .leases
+            .iter()
+            .copied()
+            .filter(|&n| n != me)
+            .collect();
         let run = self.nodes[i].run.as_mut().unwrap();
         let tier = run.tier.clone();
         if collect {
             let collector = run.collector.clone();
             run.tasks.spawn(async move {
-                let _ = collector.lock().await.collect(&tier).await;
+                let _ = collector.lock().await.collect(&tier, &others).await;
             });
         } else {
             run.tasks.spawn(async move { tier.pass().await });
