@@ -62,9 +62,9 @@ pub struct FaultyStore {
     fault: watch::Sender<Fault>,
     latency: Option<(Latency, SharedRandom)>,
     /// Requests that reached the inner store.
-    pub passed: AtomicU64,
+    pub passed: Arc<AtomicU64>,
     /// Requests refused by the fault.
-    pub refused: AtomicU64,
+    pub refused: Arc<AtomicU64>,
 }
 
 impl FaultyStore {
@@ -73,8 +73,8 @@ impl FaultyStore {
             inner,
             fault: watch::Sender::new(Fault::None),
             latency: None,
-            passed: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
+            passed: Arc::default(),
+            refused: Arc::default(),
         }
     }
 
@@ -98,28 +98,34 @@ impl FaultyStore {
         self.fault.send_replace(fault);
     }
 
-    async fn gate(&self) -> Result<()> {
+    /// Waits out a stall, fails under `Fail`, and holds a passed request
+    /// by a draw of the latency. `'static`, so a listing can run it first.
+    fn gate(&self) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let mut rx = self.fault.subscribe();
-        loop {
-            let fault = *rx.borrow_and_update();
-            match fault {
-                Fault::None => {
-                    self.passed.fetch_add(1, Ordering::Relaxed);
-                    if let Some(delay) = self.delay() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    return Ok(());
-                }
-                Fault::Fail => {
-                    self.refused.fetch_add(1, Ordering::Relaxed);
-                    return Err(object_store::Error::Generic {
-                        store: "faulty",
-                        source: "injected failure".into(),
-                    });
-                }
-                Fault::Stall => {
-                    if rx.changed().await.is_err() {
+        let delay = self.delay();
+        let (passed, refused) = (self.passed.clone(), self.refused.clone());
+        async move {
+            loop {
+                let fault = *rx.borrow_and_update();
+                match fault {
+                    Fault::None => {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                        if let Some(delay) = delay {
+                            tokio::time::sleep(delay).await;
+                        }
                         return Ok(());
+                    }
+                    Fault::Fail => {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        return Err(object_store::Error::Generic {
+                            store: "faulty",
+                            source: "injected failure".into(),
+                        });
+                    }
+                    Fault::Stall => {
+                        if rx.changed().await.is_err() {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -167,35 +173,7 @@ impl ObjectStore for FaultyStore {
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         let inner = self.inner.clone();
         let prefix = prefix.cloned();
-        let gate = {
-            let mut rx = self.fault.subscribe();
-            let delay = self.delay();
-            async move {
-                loop {
-                    let fault = *rx.borrow_and_update();
-                    match fault {
-                        Fault::None => {
-                            if let Some(delay) = delay {
-                                tokio::time::sleep(delay).await;
-                            }
-                            return Ok(());
-                        }
-                        Fault::Fail => {
-                            return Err(object_store::Error::Generic {
-                                store: "faulty",
-                                source: "injected failure".into(),
-                            })
-                        }
-                        Fault::Stall => {
-                            if rx.changed().await.is_err() {
-                                return Ok(());
-                            }
-                        }
-                    }
-                }
-            }
-        };
-        futures::stream::once(gate)
+        futures::stream::once(self.gate())
             .flat_map(move |r| match r {
                 Ok(()) => inner.list(prefix.as_ref()),
                 Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
