@@ -604,6 +604,7 @@ fn mutated_stored_formats_decode_to_errors_without_panics_or_large_allocations()
             node_id: 1,
             nonce: 2,
             seq: 3,
+            since: Some(1),
         })
         .to_vec();
     let mut index = KeyIndexWriter::new(

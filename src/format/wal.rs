@@ -11,7 +11,8 @@
 //! Layout (big-endian):
 //!
 //! ```text
-//! header   "SWAL" | version u16 | reserved u16 | node_id i32 | writer nonce u64 | seq u64 | entries u32
+//! header   "SWAL" | version u16 | flags u16 | node_id i32 | writer nonce u64 | seq u64 | since u64 |
+//!          entries u32
 //! entries  × (topic_id [16] | partition i32 | leader_epoch i32 | base_offset i64 | last_offset i64 |
 //!             position u64 | length u32)      position: from the start of the batch area
 //! batches  the stamped record batches, exactly as in the segment log
@@ -20,7 +21,12 @@
 //!
 //! A fence object (written by whoever takes over a dead broker's partitions,
 //! at the sequence number the broker would write next) is the header alone
-//! with the `FENCE_ENTRIES` marker as its entry count.
+//! with the `FENCE_ENTRIES` marker as its entry count. The `PLUG` flag marks
+//! a fence that only fills a free slot next to the real one (`wal::fence`).
+//!
+//! `since` is the first sequence number of the writer's run (version 2):
+//! with it a reader tells whether a fence cut that run off below an object
+//! (`wal::objects_below`). Version 1 objects lack it and still decode.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
@@ -28,8 +34,12 @@ use uuid::Uuid;
 use super::FormatError;
 
 const MAGIC: &[u8; 4] = b"SWAL";
-const VERSION: u16 = 1;
-pub const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 8 + 8 + 4;
+const VERSION: u16 = 2;
+pub const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 8 + 8 + 8 + 4;
+/// Version 1 had no `since`.
+const HEADER_LEN_V1: usize = HEADER_LEN - 8;
+/// In a fence's flags: it only plugs a slot.
+const PLUG: u16 = 1;
 pub const ENTRY_LEN: usize = 16 + 4 + 4 + 8 + 8 + 8 + 4;
 const FOOTER_LEN: usize = 4;
 /// The entry count of a fence object.
@@ -42,6 +52,9 @@ pub struct WalHeader {
     /// One run of the writer; tells a retried PUT of its own from a fence.
     pub nonce: u64,
     pub seq: u64,
+    /// The first sequence number of the writer's run; `None` in a version 1
+    /// object.
+    pub since: Option<u64>,
 }
 
 /// One partition's batches in an object.
@@ -64,11 +77,19 @@ pub struct WalObject {
     /// `None` for a fence object.
     pub entries: Option<Vec<WalEntry>>,
     pub batches: Bytes,
+    /// A fence that only plugs a slot.
+    pub plug: bool,
 }
 
 impl WalObject {
     pub fn is_fence(&self) -> bool {
         self.entries.is_none()
+    }
+
+    /// Whether this is a fence that cuts off the runs begun below it (a
+    /// version 2 fence that is not a plug).
+    pub fn cuts_runs(&self) -> bool {
+        self.is_fence() && !self.plug && self.header.since.is_some()
     }
 
     /// The batches of `entry`.
@@ -153,7 +174,7 @@ impl WalBuilder {
         let mut out = BytesMut::with_capacity(
             HEADER_LEN + entries.len() * ENTRY_LEN + batches.len() + FOOTER_LEN,
         );
-        put_header(&mut out, &header, entries.len() as u32);
+        put_header(&mut out, &header, entries.len() as u32, 0);
         for e in &entries {
             out.put_slice(e.topic_id.as_bytes());
             out.put_i32(e.partition);
@@ -170,22 +191,28 @@ impl WalBuilder {
     }
 }
 
-/// A fence object at `header.seq`.
-pub fn encode_fence(header: WalHeader) -> Bytes {
+/// A fence object at `header.seq`; a `plug` only fills a free slot.
+pub fn encode_fence(header: WalHeader, plug: bool) -> Bytes {
     let mut out = BytesMut::with_capacity(HEADER_LEN + FOOTER_LEN);
-    put_header(&mut out, &header, FENCE_ENTRIES);
+    put_header(
+        &mut out,
+        &header,
+        FENCE_ENTRIES,
+        if plug { PLUG } else { 0 },
+    );
     let crc = crc32c::crc32c(&out);
     out.put_u32(crc);
     out.freeze()
 }
 
-fn put_header(out: &mut BytesMut, h: &WalHeader, entries: u32) {
+fn put_header(out: &mut BytesMut, h: &WalHeader, entries: u32, flags: u16) {
     out.put_slice(MAGIC);
     out.put_u16(VERSION);
-    out.put_u16(0);
+    out.put_u16(flags);
     out.put_i32(h.node_id);
     out.put_u64(h.nonce);
     out.put_u64(h.seq);
+    out.put_u64(h.since.unwrap_or(h.seq));
     out.put_u32(entries);
 }
 
@@ -193,7 +220,7 @@ fn put_header(out: &mut BytesMut, h: &WalHeader, entries: u32) {
 /// inside it; a declared count never allocates more than the bytes present.
 pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
     let corrupt = |why: &str| FormatError::Corrupt(format!("WAL object: {why}"));
-    if bytes.len() < HEADER_LEN + FOOTER_LEN {
+    if bytes.len() < HEADER_LEN_V1 + FOOTER_LEN {
         return Err(corrupt("shorter than a header"));
     }
     let body_len = bytes.len() - FOOTER_LEN;
@@ -207,14 +234,18 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
     }
     b.advance(4);
     let version = b.get_u16();
-    if version != VERSION {
-        return Err(corrupt(&format!("unknown version {version}")));
-    }
-    b.advance(2);
+    let header_len = match version {
+        1 => HEADER_LEN_V1,
+        VERSION if body_len >= HEADER_LEN => HEADER_LEN,
+        VERSION => return Err(corrupt("shorter than a header")),
+        _ => return Err(corrupt(&format!("unknown version {version}"))),
+    };
+    let flags = b.get_u16();
     let header = WalHeader {
         node_id: b.get_i32(),
         nonce: b.get_u64(),
         seq: b.get_u64(),
+        since: (version >= 2).then(|| b.get_u64()),
     };
     let count = b.get_u32();
     if count == FENCE_ENTRIES {
@@ -222,6 +253,7 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
             header,
             entries: None,
             batches: Bytes::new(),
+            plug: flags & PLUG != 0,
         });
     }
     let table = (count as usize)
@@ -242,11 +274,12 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
             length: b.get_u32(),
         });
     }
-    let start = HEADER_LEN + table;
+    let start = header_len + table;
     let object = WalObject {
         header,
         entries: Some(entries),
         batches: bytes.slice(start..body_len),
+        plug: false,
     };
     for e in object.entries.iter().flatten() {
         object.batches_of(e)?;
@@ -266,6 +299,7 @@ mod tests {
             node_id: 3,
             nonce: 77,
             seq,
+            since: Some(2),
         }
     }
 
@@ -291,10 +325,33 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_object_decodes_without_its_runs_start() {
+        let mut w = WalBuilder::default();
+        w.push(Uuid::from_u128(1), 0, 5, 10, 10, b"h", b"r");
+        let v2 = w.finish(header(9));
+        // Version 1: the same without `since`, which follows `seq`.
+        let since_at = HEADER_LEN_V1 - 4;
+        let mut v1 = BytesMut::new();
+        v1.put_slice(&v2[..4]);
+        v1.put_u16(1);
+        v1.put_slice(&v2[6..since_at]);
+        v1.put_slice(&v2[since_at + 8..v2.len() - FOOTER_LEN]);
+        let crc = crc32c::crc32c(&v1);
+        v1.put_u32(crc);
+        let obj = decode(v1.freeze()).unwrap();
+        assert_eq!(obj.header.since, None);
+        assert_eq!(obj.header.seq, 9);
+        let entry = obj.entries.clone().unwrap()[0];
+        assert_eq!(&obj.batches_of(&entry).unwrap()[..], b"hr");
+    }
+
+    #[test]
     fn a_fence_decodes_as_a_fence() {
-        let obj = decode(encode_fence(header(4))).unwrap();
-        assert!(obj.is_fence());
+        let obj = decode(encode_fence(header(4), false)).unwrap();
+        assert!(obj.is_fence() && obj.cuts_runs());
         assert_eq!(obj.header.seq, 4);
+        let plug = decode(encode_fence(header(4), true)).unwrap();
+        assert!(plug.is_fence() && !plug.cuts_runs());
     }
 
     #[test]
@@ -310,7 +367,7 @@ mod tests {
         assert!(decode(Bytes::from(flipped)).is_err());
         // A huge declared entry count with a valid CRC is refused, not allocated.
         let mut huge = BytesMut::new();
-        put_header(&mut huge, &header(1), 100_000_000);
+        put_header(&mut huge, &header(1), 100_000_000, 0);
         let crc = crc32c::crc32c(&huge);
         huge.put_u32(crc);
         assert!(decode(huge.freeze()).is_err());

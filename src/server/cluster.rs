@@ -91,7 +91,7 @@ pub(super) async fn join(
     #[allow(clippy::disallowed_methods)]
     let proposal = Uuid::new_v4().simple().to_string();
     let cluster_id = etcd.agree(&etcd.keys().cluster_id(), &proposal).await?;
-    let own_floor = wal::fence(store, config.node_id, config.node_id).await?;
+    let own_floor = wal::fence_own(store, config.node_id).await?;
     let wal_settings = WalSettings {
         flush_every: Duration::from_millis(config.wal_flush_ms.max(1)),
         max_bytes: config.wal_max_bytes,

@@ -37,6 +37,19 @@
 //!    old broker acknowledged nothing from that object on; the objects above
 //!    the plug that did land were never acknowledged either, and a
 //!    partition's head ends at its first gap (`tier::takeover`).
+//! 4. The old broker may also have had objects in flight above `f`, and
+//!    they can still land there. The taker never saw them, and the next
+//!    leader's history went on without them, so no later reader may take
+//!    them either: every object names the first sequence number of its run,
+//!    and a reader drops an object if a fence lies between the two
+//!    (`objects_below`). The plugs of step 2 do not count: a plug may fill
+//!    a slot whose object was collected, below objects the run did
+//!    acknowledge, and the objects above a plug that matter are cut by `f`.
+//!
+//! A restarting broker fences its own log the same way (`fence_own`), and
+//! also plugs the `WINDOW - 1` slots above `f`: its earlier run acknowledged
+//! nothing from `f` on, so it took no sequence number past them, and no late
+//! PUT of it can land among the new run's objects.
 //!
 //! A PUT whose answer was lost and that landed after all is told apart from
 //! a fence by the writer nonce in the object.
@@ -51,7 +64,7 @@
 //! against a fence both fail. So a hedge is one more attempt of the same
 //! object and fencing stays as described.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +163,8 @@ pub struct Wal {
     store: Arc<dyn ObjectStore>,
     node_id: i32,
     nonce: u64,
+    /// This run's first sequence number.
+    since: u64,
     flush_every: Duration,
     max_bytes: usize,
     hedge_after: Option<Duration>,
@@ -204,6 +219,7 @@ impl Wal {
             store,
             node_id,
             nonce: rand_nonce(),
+            since: next,
             flush_every: settings.flush_every,
             max_bytes: settings.max_bytes.max(1),
             hedge_after: settings.hedge_after,
@@ -326,6 +342,7 @@ impl Wal {
                 node_id: self.node_id,
                 nonce: self.nonce,
                 seq,
+                since: Some(self.since),
             };
             (
                 seq,
@@ -540,7 +557,7 @@ impl HeadSink for WalPartition {
 /// below it, and no object of the broker can land there any more.
 pub async fn fence(store: &Arc<dyn ObjectStore>, node_id: i32, by: i32) -> Result<u64, WalError> {
     let mut seq = list_seqs(store, node_id).await?.last().map_or(1, |s| s + 1);
-    while !put_fence(store, node_id, seq, by).await? {
+    while !put_fence(store, node_id, seq, by, false).await? {
         // The broker wrote that one first: it stays below the fence.
         seq += 1;
     }
@@ -548,8 +565,21 @@ pub async fn fence(store: &Arc<dyn ObjectStore>, node_id: i32, by: i32) -> Resul
     for hole in seq.saturating_sub(WINDOW).max(1)..seq {
         if present.binary_search(&hole).is_err() {
             // Landed meanwhile if taken: then it is read with the rest.
-            put_fence(store, node_id, hole, by).await?;
+            put_fence(store, node_id, hole, by, true).await?;
         }
+    }
+    Ok(seq)
+}
+
+/// Fences a restarting broker's own log as a taker would, and plugs the
+/// slots above the fence that its earlier run could still write (module
+/// doc), so that [`Wal::open`] starts the new run past them. Returns the
+/// fence's sequence number.
+pub async fn fence_own(store: &Arc<dyn ObjectStore>, node_id: i32) -> Result<u64, WalError> {
+    let seq = fence(store, node_id, node_id).await?;
+    for above in seq + 1..seq + WINDOW {
+        // Taken: a late object of the earlier run, which the fence cuts off.
+        put_fence(store, node_id, above, node_id, true).await?;
     }
     Ok(seq)
 }
@@ -560,12 +590,15 @@ async fn put_fence(
     node_id: i32,
     seq: u64,
     by: i32,
+    plug: bool,
 ) -> Result<bool, WalError> {
-    let fence = encode_fence(WalHeader {
+    let header = WalHeader {
         node_id: by,
         nonce: rand_nonce(),
         seq,
-    });
+        since: Some(seq),
+    };
+    let fence = encode_fence(header, plug);
     let opts = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
@@ -582,8 +615,9 @@ async fn put_fence(
 }
 
 /// Broker `node_id`'s objects below sequence `below`, in sequence order,
-/// fences and collected objects left out. A few are fetched ahead, and only
-/// a bounded number are held at a time however long the log.
+/// without fences, collected objects, and the objects a fence cut off from
+/// the start of their run (module doc, step 4). A few are fetched ahead, and
+/// only a bounded number are held at a time however long the log.
 pub async fn objects_below(
     store: &Arc<dyn ObjectStore>,
     node_id: i32,
@@ -603,9 +637,20 @@ pub async fn objects_below(
             }
         }
     });
+    // Fences are kept by the collector, so every reader sees the same ones.
+    let mut fences = BTreeSet::new();
     Ok(futures::stream::iter(fetches)
         .buffered(READ_AHEAD)
-        .try_filter_map(|o| async move { Ok(o.filter(|o| !o.is_fence())) }))
+        .try_filter_map(move |o| {
+            let o = o.filter(|o| {
+                if o.cuts_runs() {
+                    fences.insert(o.header.seq);
+                }
+                let cut = |since| fences.range(since..o.header.seq).next().is_some();
+                !o.is_fence() && !o.header.since.is_some_and(cut)
+            });
+            async move { Ok(o) }
+        }))
 }
 
 /// Objects fetched ahead by [`objects_below`].
@@ -899,6 +944,7 @@ mod tests {
                 node_id: 7,
                 nonce: wal.nonce,
                 seq,
+                since: Some(wal.since),
             })
         };
         // Objects 1 and 12 landed; 2..=11 were in flight (only 5..=11 can
@@ -911,6 +957,62 @@ mod tests {
         assert_eq!(list_seqs(&store, 7).await.unwrap(), expected);
         assert!(!wal.put(9, object(9)).await.unwrap(), "a plug is not ours");
         assert!(!wal.put(13, object(13)).await.unwrap(), "nor the fence");
+    }
+
+    /// One single-entry object of `wal`'s run at `seq`.
+    fn object_of(wal: &Wal, seq: u64) -> Bytes {
+        let mut b = WalBuilder::default();
+        b.push(Uuid::from_u128(1), 0, 0, 0, 0, b"H", b"x");
+        b.finish(WalHeader {
+            node_id: 7,
+            nonce: wal.nonce,
+            seq,
+            since: Some(wal.since),
+        })
+    }
+
+    async fn seqs_read(store: &Arc<dyn ObjectStore>) -> Vec<u64> {
+        objects_below(store, 7, u64::MAX)
+            .await
+            .unwrap()
+            .map_ok(|o| o.header.seq)
+            .try_collect()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn objects_of_a_run_a_fence_cut_off_are_not_read_even_when_they_land_above_it() {
+        let store = store();
+        let settings = WalSettings::new(Duration::from_millis(5), 1 << 20);
+        let first = Wal::open(store.clone(), 7, settings.clone()).await.unwrap();
+        assert!(first.put(1, object_of(&first, 1)).await.unwrap());
+        // A taker fences at 2 while the run has 2..=4 in flight; 3 lands
+        // afterwards, above the fence.
+        assert_eq!(fence(&store, 7, 2).await.unwrap(), 2);
+        assert!(first.put(3, object_of(&first, 3)).await.unwrap());
+        // The broker restarts: the new run starts past every slot the old
+        // one may still write, and a late PUT of the old run finds a plug.
+        assert_eq!(fence_own(&store, 7).await.unwrap(), 4);
+        let second = Wal::open(store.clone(), 7, settings).await.unwrap();
+        assert_eq!(second.next_sequence(), 4 + WINDOW);
+        assert!(!first.put(5, object_of(&first, 5)).await.unwrap());
+        assert!(second.put(12, object_of(&second, 12)).await.unwrap());
+        assert_eq!(seqs_read(&store).await, vec![1, 12]);
+    }
+
+    #[tokio::test]
+    async fn a_plug_in_a_collected_slot_cuts_off_nothing() {
+        let store = store();
+        let settings = WalSettings::new(Duration::from_millis(5), 1 << 20);
+        let wal = Wal::open(store.clone(), 7, settings).await.unwrap();
+        for seq in 1..=3 {
+            assert!(wal.put(seq, object_of(&wal, seq)).await.unwrap());
+        }
+        delete(&store, 7, 2).await.unwrap();
+        // The taker plugs slot 2, below objects the run acknowledged.
+        assert_eq!(fence(&store, 7, 2).await.unwrap(), 4);
+        assert_eq!(seqs_read(&store).await, vec![1, 3]);
     }
 
     #[tokio::test]
@@ -929,6 +1031,7 @@ mod tests {
             node_id: 1,
             nonce: wal.nonce,
             seq: 1,
+            since: Some(wal.since),
         };
         let bytes = builder.finish(header);
         assert!(wal.put(1, bytes.clone()).await.unwrap());

@@ -496,7 +496,7 @@ impl World {
         let scope = serving.clone();
         let opened = async {
             // In the server's order: the write-ahead log, then what writes to it.
-            wal::fence(&store, id, id).await?;
+            wal::fence_own(&store, id).await?;
             // Hedged PUTs on: a slow PUT and its twin may both land, or
             // one may meet a fence.
             let wal_settings = WalSettings {
