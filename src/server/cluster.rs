@@ -173,6 +173,7 @@ const WAL_COLLECT_EVERY: Duration = Duration::from_secs(10);
 pub(super) async fn collect_wal(
     tier: Arc<Tier>,
     node: Arc<ClusterNode>,
+    wal: Arc<Wal>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut collector = WalCollector::default();
@@ -188,6 +189,7 @@ pub(super) async fn collect_wal(
             .map(|b| b.node_id)
             .filter(|&id| id != node.node_id())
             .collect();
+        collector.learn(wal.node_id(), wal.take_tables());
         match collector.collect(&tier, &others).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(objects = n, "collected write-ahead log objects"),

@@ -452,7 +452,12 @@ pub(super) fn spawn_jobs(
         jobs.spawn("leadership", leadership.run(stop.clone()));
         jobs.spawn(
             "write-ahead log collection",
-            cluster::collect_wal(state.tier.clone(), j.node.clone(), stop.clone()),
+            cluster::collect_wal(
+                state.tier.clone(),
+                j.node.clone(),
+                j.wal.clone(),
+                stop.clone(),
+            ),
         );
         jobs.spawn(
             "ACL and quota refresh",

@@ -81,7 +81,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::format::wal::{decode, encode_fence, WalBuilder, WalHeader, WalObject};
+use crate::format::wal::{decode, encode_fence, WalBuilder, WalEntry, WalHeader, WalObject};
 use crate::format::FormatError;
 use crate::log::{DurableMark, HeadSink, LogError};
 use crate::metrics::Timer;
@@ -178,6 +178,9 @@ pub struct Wal {
     landed: Mutex<BTreeMap<u64, Landed>>,
     /// Every object below this sequence number is written and acknowledged.
     acked: watch::Sender<u64>,
+    /// The entry tables of the objects this run wrote, until the collector
+    /// takes them (`take_tables`), which then need not read them back.
+    tables: Mutex<Vec<(u64, Vec<WalEntry>)>>,
     fenced: watch::Sender<bool>,
     next_seq: AtomicU64,
     pub stats: WalStats,
@@ -229,6 +232,7 @@ impl Wal {
             window: Arc::new(Semaphore::new(WINDOW as usize)),
             landed: Mutex::new(BTreeMap::new()),
             acked: watch::Sender::new(next),
+            tables: Mutex::new(Vec::new()),
             fenced: watch::Sender::new(false),
             next_seq: AtomicU64::new(next),
             stats: WalStats::default(),
@@ -249,6 +253,16 @@ impl Wal {
     /// object this broker wrote, in this run or earlier ones, lies below it.
     pub fn next_sequence(&self) -> u64 {
         self.next_seq.load(Ordering::Relaxed)
+    }
+
+    /// This broker's node id.
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// The entry tables of the objects written since the last call.
+    pub fn take_tables(&self) -> Vec<(u64, Vec<WalEntry>)> {
+        std::mem::take(&mut *self.tables.lock())
     }
 
     /// Whether a takeover fenced this broker's log.
@@ -328,7 +342,7 @@ impl Wal {
         if self.is_fenced() {
             return;
         }
-        let (seq, bytes, marks, len) = {
+        let (seq, bytes, marks, len, table) = {
             let mut p = self.pending.lock();
             if p.builder.is_empty() {
                 return;
@@ -344,11 +358,13 @@ impl Wal {
                 seq,
                 since: Some(self.since),
             };
+            let table = p.builder.entries().to_vec();
             (
                 seq,
                 p.builder.finish(header),
                 std::mem::take(&mut p.marks),
                 len,
+                table,
             )
         };
         let taken = Instant::now();
@@ -370,6 +386,7 @@ impl Wal {
         if outcome {
             self.stats.puts.fetch_add(1, Ordering::Relaxed);
             self.stats.put_latency.observe(taken.elapsed());
+            self.tables.lock().push((seq, table));
             let landed = Landed {
                 marks,
                 taken,

@@ -891,8 +891,11 @@ impl World {
         let tier = run.tier.clone();
         if collect {
             let collector = run.collector.clone();
+            let wal = run.wal.clone();
             run.tasks.spawn(async move {
-                let _ = collector.lock().await.collect(&tier, &others).await;
+                let mut collector = collector.lock().await;
+                collector.learn(wal.node_id(), wal.take_tables());
+                let _ = collector.collect(&tier, &others).await;
             });
         } else {
             run.tasks.spawn(async move { tier.pass().await });
