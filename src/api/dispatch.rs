@@ -46,9 +46,9 @@ use super::quotas::{RequestMeter, Throttled};
 use crate::principal::Principal;
 
 use super::{
-    acls, configs, consumer_groups, fetch, groups, log_dirs, metadata, offsets, partitions,
-    produce, producer_id, producers, quorum, quotas, scram_credentials, topics, transactions,
-    txn_markers, versions, Broker, Reply,
+    acls, config_resources, configs, consumer_groups, fetch, groups, log_dirs, metadata, offsets,
+    partitions, produce, producer_id, producers, quorum, quotas, scram_credentials, topics,
+    transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub(super) struct Api {
@@ -163,6 +163,7 @@ pub(super) const APIS: &[Api] = &[
     configs::ALTER_CONFIGS,
     topics::CREATE_PARTITIONS,
     configs::INCREMENTAL_ALTER_CONFIGS,
+    config_resources::LIST_CONFIG_RESOURCES,
     metadata::DESCRIBE_CLUSTER,
     groups::FIND_COORDINATOR,
     groups::JOIN_GROUP,

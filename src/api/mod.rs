@@ -15,6 +15,7 @@
 mod acls;
 mod authorize;
 mod broker_client;
+mod config_resources;
 mod configs;
 mod consumer_groups;
 mod dispatch;

@@ -174,7 +174,7 @@ throttled!(
     DescribeTransactionsResponse, ListTransactionsResponse, DescribeClientQuotasResponse,
     AlterClientQuotasResponse, DescribeTopicPartitionsResponse, ConsumerGroupHeartbeatResponse,
     ConsumerGroupDescribeResponse, DescribeProducersResponse, DescribeUserScramCredentialsResponse,
-    AlterUserScramCredentialsResponse;
+    AlterUserScramCredentialsResponse, ListConfigResourcesResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

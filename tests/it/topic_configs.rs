@@ -665,3 +665,53 @@ async fn max_message_bytes_applies_to_the_batch_as_sent() {
     assert_eq!(raw.produce("small", 0, fits).await.error_code, 0);
     assert_eq!(stored_codecs(&mut raw, "small").await, vec![4]);
 }
+
+/// ListConfigResources of `types` at `version`: its error code and the
+/// (name, type) pairs listed.
+async fn list_config_resources(
+    raw: &mut Raw,
+    types: Vec<i8>,
+    version: i16,
+) -> (i16, Vec<(String, i8)>) {
+    let req = ListConfigResourcesRequest::default().with_resource_types(types);
+    let r: ListConfigResourcesResponse = raw.call(ApiKey::ListConfigResources, version, &req).await;
+    let listed = r
+        .config_resources
+        .iter()
+        .map(|c| (c.resource_name.to_string(), c.resource_type))
+        .collect();
+    (r.error_code, listed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_config_resources_names_every_topic_and_broker_and_refuses_broker_loggers() {
+    const BROKER: i8 = 4;
+    let broker = InProcess::start(&[]).await;
+    create(&broker.bootstrap(), "listed-b", &[]).await;
+    create(&broker.bootstrap(), "listed-a", &[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+
+    let (code, all) = list_config_resources(&mut raw, vec![], 1).await;
+    assert_eq!(code, 0);
+    let topics: Vec<&str> = all
+        .iter()
+        .filter(|(_, t)| *t == RESOURCE_TOPIC)
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.starts_with("listed-"))
+        .collect();
+    assert_eq!(topics, ["listed-a", "listed-b"]);
+    let brokers: Vec<&(String, i8)> = all.iter().filter(|(_, t)| *t == BROKER).collect();
+    assert_eq!(brokers.len(), 1, "{all:?}");
+    assert!(brokers[0].0.parse::<i32>().is_ok());
+
+    let (code, only) = list_config_resources(&mut raw, vec![BROKER], 1).await;
+    assert_eq!((code, only.len()), (0, 1));
+    // Version 0 lists client metrics subscriptions, and there are none.
+    assert_eq!(
+        list_config_resources(&mut raw, vec![], 0).await,
+        (0, vec![])
+    );
+    // Broker loggers have no configs here.
+    let (code, _) = list_config_resources(&mut raw, vec![8], 1).await;
+    assert_eq!(code, ResponseError::UnsupportedVersion.code());
+}
