@@ -6,7 +6,34 @@ use crate::common;
 
 use common::{topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metadata_quorum_of_a_single_broker_has_no_negative_field() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let req = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(topic_name("__cluster_metadata"))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    for version in 0..=2 {
+        let resp: DescribeQuorumResponse = raw.call(ApiKey::DescribeQuorum, version, &req).await;
+        assert_eq!(resp.error_code, 0);
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        assert!(p.leader_id.0 >= 0 && p.leader_epoch >= 0 && p.high_watermark >= 0);
+        assert_eq!(p.current_voters.len(), 1);
+        for r in p.current_voters.iter().chain(&p.observers) {
+            assert_eq!(r.replica_id, p.leader_id);
+            assert!(r.log_end_offset >= 0, "v{version}: {r:?}");
+            // v0 has no times (they decode as -1).
+            if version >= 1 {
+                assert!(r.last_fetch_timestamp >= 0, "v{version}: {r:?}");
+                assert!(r.last_caught_up_timestamp >= 0, "v{version}: {r:?}");
+            }
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_broker_refuses_more_than_one_replica_and_takes_minus_one_as_one() {
