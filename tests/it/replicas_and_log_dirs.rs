@@ -6,8 +6,102 @@ use crate::common;
 
 use common::{topic_name, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_replica_log_dirs_request::{
+    AlterReplicaLogDir, AlterReplicaLogDirTopic,
+};
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+fn move_to(dir: &str, topic: &str, partitions: Vec<i32>) -> AlterReplicaLogDir {
+    AlterReplicaLogDir::default()
+        .with_path(StrBytes::from_string(dir.to_string()))
+        .with_topics(vec![AlterReplicaLogDirTopic::default()
+            .with_name(topic_name(topic))
+            .with_partitions(partitions)])
+}
+
+/// (topic, partition) → error code.
+fn codes(resp: &AlterReplicaLogDirsResponse) -> Vec<(String, i32, i16)> {
+    resp.results
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.topic_name.0.to_string(), p.partition_index, p.error_code))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_may_be_moved_only_to_the_directory_it_is_already_in() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    assert_eq!(raw.create_topic("moves", 2, &[]).await.error_code, 0);
+
+    // The directory names DescribeLogDirs gives are the ones to ask for.
+    let dirs: DescribeLogDirsResponse = raw
+        .call(
+            ApiKey::DescribeLogDirs,
+            4,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        )
+        .await;
+    let data_dir = dirs.results[0].log_dir.to_string();
+    assert!(std::path::Path::new(&data_dir).is_absolute(), "{data_dir}");
+
+    for version in [1, 2] {
+        let req = AlterReplicaLogDirsRequest::default().with_dirs(vec![
+            move_to(&data_dir, "moves", vec![0, 1, 7]),
+            move_to("/somewhere/else", "elsewhere", vec![0]),
+            move_to(&data_dir, "missing", vec![0]),
+        ]);
+        let resp: AlterReplicaLogDirsResponse =
+            raw.call(ApiKey::AlterReplicaLogDirs, version, &req).await;
+        assert_eq!(
+            codes(&resp),
+            vec![
+                ("elsewhere".into(), 0, ResponseError::LogDirNotFound.code()),
+                (
+                    "missing".into(),
+                    0,
+                    ResponseError::UnknownTopicOrPartition.code()
+                ),
+                ("moves".into(), 0, 0),
+                ("moves".into(), 1, 0),
+                (
+                    "moves".into(),
+                    7,
+                    ResponseError::UnknownTopicOrPartition.code()
+                ),
+            ],
+            "v{version}"
+        );
+    }
+
+    // An unknown directory is refused before the partition is looked at.
+    let req = AlterReplicaLogDirsRequest::default().with_dirs(vec![move_to(
+        &format!("{data_dir}/"),
+        "moves",
+        vec![0],
+    )]);
+    let resp: AlterReplicaLogDirsResponse = raw.call(ApiKey::AlterReplicaLogDirs, 2, &req).await;
+    assert_eq!(
+        codes(&resp),
+        vec![("moves".into(), 0, ResponseError::LogDirNotFound.code())]
+    );
+
+    // ApiVersions advertises Kafka 4's versions.
+    let versions: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
+    let entry = versions
+        .api_keys
+        .iter()
+        .find(|a| a.api_key == ApiKey::AlterReplicaLogDirs as i16)
+        .expect("AlterReplicaLogDirs advertised");
+    assert_eq!((entry.min_version, entry.max_version), (1, 2));
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metadata_quorum_of_a_single_broker_has_no_negative_field() {
