@@ -372,8 +372,14 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
             ConfigType::List,
             CONFIG_SOURCE_STATIC_BROKER,
         ),
-        // Data is kept once, in the object store; there are no follower replicas.
-        fixed("default.replication.factor", "1", ConfigType::Int),
+        // Data is kept once, in the object store; there are no follower
+        // replicas. A factor only says how many brokers a partition is
+        // described with, and the broker's own topics are described alone.
+        fixed(
+            "default.replication.factor",
+            &crate::catalog::DEFAULT_REPLICATION_FACTOR.to_string(),
+            ConfigType::Int,
+        ),
         fixed("offsets.topic.replication.factor", "1", ConfigType::Int),
         fixed("offsets.topic.num.partitions", "1", ConfigType::Int),
         fixed(

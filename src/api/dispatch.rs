@@ -176,6 +176,7 @@ pub(super) const APIS: &[Api] = &[
     groups::DESCRIBE_GROUPS,
     groups::DELETE_GROUPS,
     groups::OFFSET_DELETE,
+    log_dirs::ALTER_REPLICA_LOG_DIRS,
     log_dirs::DESCRIBE_LOG_DIRS,
     acls::CREATE_ACLS,
     acls::DESCRIBE_ACLS,

@@ -8,13 +8,31 @@
 //! named by its URL, with each partition's tiered segments (its total and
 //! usable bytes are unknown: -1). Tools that sum a broker's log dirs (`kafka-log-dirs.sh`,
 //! rebalancers) thus see both, and can tell them apart by name.
+//!
+//! AlterReplicaLogDirs: Kafka moves a replica between the log directories
+//! of one broker. Here a partition is always in both of its places, and
+//! there is no other to move it to, so the answer is Kafka's for a replica
+//! already in the directory asked for (NONE, nothing to move), or its
+//! errors: LOG_DIR_NOT_FOUND for a directory that is not one of the two
+//! (checked first, as Kafka checks it first), UNKNOWN_TOPIC_OR_PARTITION for
+//! a partition that does not exist, REPLICA_NOT_AVAILABLE for one another
+//! broker serves (it has no local data here, as DescribeLogDirs shows).
 
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::alter_replica_log_dirs_response::{
+    AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+};
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
-use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use kafka_protocol::messages::{
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, DescribeLogDirsRequest,
+    DescribeLogDirsResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::{Resource, CLUSTER_DENIED};
@@ -33,10 +51,22 @@ pub(super) const DESCRIBE_LOG_DIRS: Api = api!(
     })
 );
 
+pub(super) const ALTER_REPLICA_LOG_DIRS: Api = api!(
+    AlterReplicaLogDirsRequest,
+    1..=2,
+    ready(|b, r, _| alter_replica_log_dirs(b, r)),
+    acl(Operation::Alter, Resource::Cluster, |r| {
+        every_partition(r, |_, _, _| CLUSTER_DENIED)
+    })
+);
+
 error_codes! {
     DescribeLogDirsResponse => |r, f| {
         f(r.error_code);
         r.results.iter().for_each(|d| f(d.error_code));
+    };
+    AlterReplicaLogDirsResponse => |r, f| for t in &r.results {
+        t.partitions.iter().for_each(|p| f(p.error_code));
     };
 }
 
@@ -93,13 +123,11 @@ pub(super) fn describe_log_dirs(
             );
         }
     }
-    let data_dir = &broker.settings.data_dir;
-    let (total, usable) = disk_space(data_dir).unwrap_or((-1, -1));
+    let (total, usable) = disk_space(&broker.settings.data_dir).unwrap_or((-1, -1));
     let store = broker.settings.store_url.clone();
-    let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.clone());
     DescribeLogDirsResponse::default().with_results(vec![
         DescribeLogDirsResult::default()
-            .with_log_dir(StrBytes::from_string(data_dir.display().to_string()))
+            .with_log_dir(StrBytes::from_string(local_log_dir(broker)))
             .with_topics(local)
             .with_total_bytes(total)
             .with_usable_bytes(usable),
@@ -109,6 +137,67 @@ pub(super) fn describe_log_dirs(
             .with_total_bytes(-1)
             .with_usable_bytes(-1),
     ])
+}
+
+/// The data directory as DescribeLogDirs names it: an absolute path, the
+/// form Kafka compares AlterReplicaLogDirs' paths with.
+fn local_log_dir(broker: &Broker) -> String {
+    let data_dir = &broker.settings.data_dir;
+    let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.clone());
+    data_dir.display().to_string()
+}
+
+/// Each partition of the request, once (a later directory for the same
+/// partition replaces an earlier one, as in Kafka), answered by `code` and
+/// grouped by topic.
+fn every_partition(
+    req: &AlterReplicaLogDirsRequest,
+    mut code: impl FnMut(&str, &str, i32) -> i16,
+) -> AlterReplicaLogDirsResponse {
+    let mut wanted: BTreeMap<(&str, i32), &str> = BTreeMap::new();
+    for dir in &req.dirs {
+        for t in &dir.topics {
+            for &p in &t.partitions {
+                wanted.insert((t.name.0.as_str(), p), dir.path.as_str());
+            }
+        }
+    }
+    let mut results: Vec<AlterReplicaLogDirTopicResult> = Vec::new();
+    for ((topic, index), dir) in wanted {
+        let result = AlterReplicaLogDirPartitionResult::default()
+            .with_partition_index(index)
+            .with_error_code(code(dir, topic, index));
+        match results.last_mut() {
+            Some(t) if t.topic_name.0.as_str() == topic => t.partitions.push(result),
+            _ => results.push(
+                AlterReplicaLogDirTopicResult::default()
+                    .with_topic_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_partitions(vec![result]),
+            ),
+        }
+    }
+    AlterReplicaLogDirsResponse::default().with_results(results)
+}
+
+pub(super) fn alter_replica_log_dirs(
+    broker: &Broker,
+    req: AlterReplicaLogDirsRequest,
+) -> AlterReplicaLogDirsResponse {
+    let dirs = [local_log_dir(broker), broker.settings.store_url.clone()];
+    every_partition(&req, |dir, topic, index| {
+        let error = if !dirs.iter().any(|d| d == dir) {
+            Some(ResponseError::LogDirNotFound)
+        } else {
+            match broker.catalog.topic(topic) {
+                Some(t) if t.partition(index).is_some() => match broker.route(t.id(), index) {
+                    Route::Serve(_) => None,
+                    Route::Elsewhere => Some(ResponseError::ReplicaNotAvailable),
+                },
+                _ => Some(ResponseError::UnknownTopicOrPartition),
+            }
+        };
+        error.map_or(0, |e| e.code())
+    })
 }
 
 fn entry(index: i32, bytes: u64) -> DescribeLogDirsPartition {

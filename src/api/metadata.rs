@@ -1,7 +1,16 @@
 //! Metadata and DescribeCluster: alone, one broker leading every partition;
 //! in cluster mode every live broker, and each partition's assigned leader
-//! and leader epoch (replicas and ISR are the leader alone: the data lives in
-//! the object store, not on followers).
+//! and leader epoch.
+//!
+//! The data lives in the object store, not on followers, so there is no
+//! replica that could fall behind: a partition's replicas are the brokers
+//! that could serve it, and all of them are in sync. Alone that is the
+//! broker itself. In a cluster it is the leader followed by the next live
+//! brokers, as many as the topic's replication factor asks for
+//! (`cluster::replicas`): the brokers a client or tool asking for a factor
+//! of 3 expects to see, each of which could take the partition over. A
+//! factor above the live brokers shows as fewer replicas, as Kafka shows a
+//! replica on a broker that is gone as missing from the ISR.
 
 use std::sync::Arc;
 
@@ -24,7 +33,7 @@ use super::error::catalog_error_code;
 use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
-use crate::catalog::{validate_topic_name, Topic};
+use crate::catalog::{validate_topic_name, Topic, DEFAULT_REPLICATION_FACTOR};
 
 pub(super) const METADATA: Api = api!(MetadataRequest, 0..=13, ready(handle_metadata));
 pub(super) const DESCRIBE_CLUSTER: Api = api!(
@@ -242,7 +251,12 @@ fn create_in_cluster(broker: &Broker, name: &str) {
     tokio::spawn(async move {
         let created = cluster
             .topics()
-            .create(&name, partitions, Default::default())
+            .create(
+                &name,
+                partitions,
+                DEFAULT_REPLICATION_FACTOR,
+                Default::default(),
+            )
             .await;
         if let Err(e) = created {
             tracing::debug!(topic = name, error = %e, "auto-creating a topic failed");
@@ -258,16 +272,44 @@ pub(super) fn leader(broker: &Broker, topic: &Topic, partition: i32) -> Option<(
     }
 }
 
+/// Where a partition is: leader, leader epoch and replicas (leader first,
+/// see the module docs; all of them in sync), from one view of the cluster.
+pub(super) struct Placement {
+    pub leader: i32,
+    pub epoch: i32,
+    pub replicas: Vec<BrokerId>,
+}
+
+pub(super) fn placement(broker: &Broker, topic: &Topic, partition: i32) -> Option<Placement> {
+    let (leader, epoch, replicas) = match &broker.cluster {
+        None => {
+            let node = broker.settings.node_id;
+            (node, 0, vec![node])
+        }
+        Some(c) => {
+            let state = c.view().state();
+            let (leader, epoch) = state.leader_of(topic.id(), partition)?;
+            let replicas = state.replicas_of(topic.name(), topic.id(), partition)?;
+            (leader, epoch, replicas)
+        }
+    };
+    Some(Placement {
+        leader,
+        epoch,
+        replicas: replicas.into_iter().map(BrokerId).collect(),
+    })
+}
+
 fn describe_topic(broker: &Broker, topic: &Topic, version: i16) -> MetadataResponseTopic {
     let partitions = (0..topic.partition_count() as i32)
         .map(|i| {
             let p = MetadataResponsePartition::default().with_partition_index(i);
-            match leader(broker, topic, i) {
-                Some((node, epoch)) => p
-                    .with_leader_id(BrokerId(node))
-                    .with_leader_epoch(epoch)
-                    .with_replica_nodes(vec![BrokerId(node)])
-                    .with_isr_nodes(vec![BrokerId(node)]),
+            match placement(broker, topic, i) {
+                Some(at) => p
+                    .with_leader_id(BrokerId(at.leader))
+                    .with_leader_epoch(at.epoch)
+                    .with_isr_nodes(at.replicas.clone())
+                    .with_replica_nodes(at.replicas),
                 None => p
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))

@@ -1,14 +1,16 @@
 //! The partition admin APIs tools probe: DescribeTopicPartitions (KIP-966),
 //! ElectLeaders, ListPartitionReassignments and AlterPartitionReassignments.
 //!
-//! Every partition has exactly one replica, its leader: the data lives in
-//! the object store, so there is nothing to replicate and no follower to
-//! elect or move to. Alone, this broker leads everything; in cluster mode the
-//! controller assigns leaders and moves them when a broker dies. So a
-//! partition with a leader needs no election (ELECTION_NOT_NEEDED, as Kafka
-//! answers when the preferred replica already leads); a reassignment to the
-//! current leader is a successful no-op, and any other is refused with
-//! Kafka's error for it; no reassignment is ever in progress.
+//! The data lives in the object store, so there is nothing to replicate and
+//! no follower to elect or move to. A partition's replicas are reported as
+//! its leader followed by the brokers that could take it over, up to the
+//! topic's replication factor (see `metadata`), always all in sync. Alone,
+//! this broker leads everything; in cluster mode the controller assigns
+//! leaders and moves them when a broker dies. So a partition with a leader
+//! needs no election (ELECTION_NOT_NEEDED, as Kafka answers when the
+//! preferred replica already leads); a reassignment to the replicas the
+//! partition is reported with is a successful no-op, and any other is
+//! refused with Kafka's error for it; no reassignment is ever in progress.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -31,7 +33,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::{Resource, CLUSTER_DENIED, TOPIC_DENIED};
 use super::dispatch::{api, Api, Ctx};
-use super::metadata::{brokers, leader};
+use super::metadata::{brokers, leader, placement};
 use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
@@ -220,12 +222,12 @@ fn describe_partition(
         .with_partition_index(index)
         .with_eligible_leader_replicas(Some(Vec::new()))
         .with_last_known_elr(Some(Vec::new()));
-    match leader(broker, topic, index) {
-        Some((node, epoch)) => p
-            .with_leader_id(BrokerId(node))
-            .with_leader_epoch(epoch)
-            .with_replica_nodes(vec![BrokerId(node)])
-            .with_isr_nodes(vec![BrokerId(node)]),
+    match placement(broker, topic, index) {
+        Some(at) => p
+            .with_leader_id(BrokerId(at.leader))
+            .with_leader_epoch(at.epoch)
+            .with_isr_nodes(at.replicas.clone())
+            .with_replica_nodes(at.replicas),
         None => p
             .with_error_code(ResponseError::LeaderNotAvailable.code())
             .with_leader_id(BrokerId(-1))
@@ -274,17 +276,17 @@ pub(super) fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectL
                         Some(_) => r
                             .with_error_code(ResponseError::ElectionNotNeeded.code())
                             .with_error_message(message(
-                                "The partition's only replica already leads it",
+                                "The partition's preferred replica already leads it",
                             )),
                         None if req.election_type == PREFERRED_ELECTION => r
                             .with_error_code(ResponseError::PreferredLeaderNotAvailable.code())
                             .with_error_message(message(
-                                "The partition's replica is not available; the controller assigns a leader",
+                                "No replica of the partition is available; the controller assigns a leader",
                             )),
                         None => r
                             .with_error_code(ResponseError::EligibleLeadersNotAvailable.code())
                             .with_error_message(message(
-                                "The partition's replica is not available; the controller assigns a leader",
+                                "No replica of the partition is available; the controller assigns a leader",
                             )),
                     }
                 })
@@ -309,9 +311,9 @@ pub(super) fn list_partition_reassignments(
     ListPartitionReassignmentsResponse::default()
 }
 
-/// Each partition keeps its single replica where it is: naming the current
-/// leader is a no-op that succeeds; anything else is refused with the error
-/// Kafka gives for it.
+/// Each partition keeps the replicas it is reported with: naming exactly
+/// those, leader first, is a no-op that succeeds; anything else is refused
+/// with the error Kafka gives for it.
 pub(super) fn alter_partition_reassignments(
     broker: &Broker,
     req: AlterPartitionReassignmentsRequest,
@@ -394,21 +396,24 @@ fn reassign(
             format!("The manual partition assignment includes broker {unknown}, which is not registered."),
         );
     }
-    if replicas.len() != 1 {
+    let current = placement(broker, topic, index).map(|at| at.replicas);
+    let factor = current.as_ref().map_or(1, |r| r.len());
+    if replicas.len() != factor {
         return if allow_replication_factor_change {
             refuse(
                 ResponseError::InvalidReplicaAssignment,
-                "Every partition has one replica here: its data lives in the object store.".into(),
+                "A partition's replicas are its leader and the brokers that would take it over; their number is the topic's replication factor, fixed at creation."
+                    .into(),
             )
         } else {
             refuse(
                 ResponseError::InvalidReplicationFactor,
-                "The replication factor is changed from 1 to a different value.".into(),
+                format!("The replication factor is changed from {factor} to a different value."),
             )
         };
     }
-    match leader(broker, topic, index) {
-        Some((node, _)) if node == replicas[0].0 => (None, None),
+    match current {
+        Some(current) if current == replicas => (None, None),
         _ => refuse(
             ResponseError::InvalidReplicaAssignment,
             "The cluster controller decides which broker leads a partition; it cannot be moved by hand."

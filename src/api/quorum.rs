@@ -3,11 +3,18 @@
 //! Kafka keeps its metadata in the `__cluster_metadata` log, replicated by a
 //! Raft quorum of controllers. Alone, this broker is its own controller and
 //! keeps metadata in its data directory: the quorum is one voter, itself,
-//! with no log to report (offsets and times are -1, Kafka's "unknown"). In
+//! whose metadata log is empty (end offset and high watermark 0) and which,
+//! like a Kafka leader describing itself, is caught up as of the answer. In
 //! cluster mode the metadata lives in etcd and one broker is elected
 //! controller: it is the one voter and the leader, the other live brokers
 //! are observers, the controller's etcd fencing token is the leader epoch,
-//! and etcd's revision plays the metadata log's end offset.
+//! and etcd's revision plays the metadata log's end offset. Every live
+//! broker follows etcd through a watch under a live lease (one whose
+//! keep-alives stop is no longer listed), so each is reported at that end
+//! offset, caught up as of the answer.
+//!
+//! Kafka reports -1 only for what a leader has not heard yet; nothing here
+//! is unknown in that way, so no field is negative (clients check them).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_quorum_response::{
@@ -50,7 +57,7 @@ pub(super) fn describe_quorum(
 ) -> DescribeQuorumResponse {
     // (leader, epoch, high watermark), and the observers.
     let (leader, epoch, high_watermark) = match &broker.cluster {
-        None => (Some(broker.settings.node_id), 0, -1),
+        None => (Some(broker.settings.node_id), 0, 0),
         Some(c) => {
             let state = c.view().state();
             let epoch = state.controller_token.clamp(0, i32::MAX as i64) as i32;
@@ -58,12 +65,13 @@ pub(super) fn describe_quorum(
         }
     };
     let live = brokers(broker, None);
+    let now = broker.clock.now_ms();
     let replica = |id: i32| {
         ReplicaState::default()
             .with_replica_id(BrokerId(id))
             .with_log_end_offset(high_watermark)
-            .with_last_fetch_timestamp(-1)
-            .with_last_caught_up_timestamp(-1)
+            .with_last_fetch_timestamp(now)
+            .with_last_caught_up_timestamp(now)
     };
     let topics = req
         .topics

@@ -1,6 +1,12 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: in the local catalog
 //! when the broker runs alone; in cluster mode in etcd, from where every
 //! broker's catalog mirrors them.
+//!
+//! A replication factor is accepted up to the number of live brokers, as
+//! Kafka accepts it up to the number of registered ones: one alone, the
+//! members registered in etcd in a cluster. In a cluster it is stored with
+//! the topic and only shapes what Metadata reports (see `metadata`); the
+//! data is never copied.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,11 +29,12 @@ use super::configs::CONFIG_SOURCE_DEFAULT;
 use super::configs::CONFIG_SOURCE_TOPIC;
 use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::metadata::brokers;
 use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
 use crate::catalog::config::TOPIC_CONFIGS;
-use crate::catalog::{CatalogError, TopicConfig};
+use crate::catalog::{replication_factor_for, CatalogError, TopicConfig};
 use crate::cluster::ClusterError;
 
 pub(super) const CREATE_TOPICS: Api = api!(CreateTopicsRequest, 2..=7, later(handle_create_topics));
@@ -207,36 +214,44 @@ pub(super) async fn create_topics(
             } else {
                 t.num_partitions
             };
+            // A manual assignment names each partition's replicas, and so the factor.
+            let requested = match t.assignments.first() {
+                Some(a) => i16::try_from(a.broker_ids.len()).unwrap_or(i16::MAX),
+                None => t.replication_factor,
+            };
             let configs: Vec<(&str, Option<&str>)> = t
                 .configs
                 .iter()
                 .map(|c| (c.name.as_str(), c.value.as_deref()))
                 .collect();
+            // Live brokers: alone, this one; in a cluster, those registered in etcd.
+            let registered = brokers(&broker, None).len();
             let validated = broker
                 .catalog
-                .validate_new_topic(&name, partitions, t.replication_factor, &configs)
+                .validate_new_topic(&name, partitions, requested, registered, &configs)
+                .and_then(|c| Ok((c, replication_factor_for(requested, registered)?)))
                 .map_err(catalog_error);
             let result = match (&broker.cluster, validated) {
                 (_, Err(e)) => Err(e),
-                (_, Ok(c)) if req.validate_only => Ok((c, None)),
-                (Some(cluster), Ok(c)) => cluster
+                (_, Ok((c, factor))) if req.validate_only => Ok((c, factor, None)),
+                (Some(cluster), Ok((c, factor))) => cluster
                     .topics()
-                    .create(&name, partitions, c.overrides.clone())
+                    .create(&name, partitions, factor, c.overrides.clone())
                     .await
-                    .map(|r| (c, Some(r.id)))
+                    .map(|r| (c, r.replication_factor, Some(r.id)))
                     .map_err(cluster_error),
-                (None, Ok(_)) => broker
+                (None, Ok((_, factor))) => broker
                     .catalog
-                    .create_topic(&name, partitions, t.replication_factor, &configs)
-                    .map(|t| (t.config(), Some(t.id())))
+                    .create_topic(&name, partitions, requested, &configs)
+                    .map(|t| (t.config(), factor, Some(t.id())))
                     .map_err(catalog_error),
             };
             let resp = CreatableTopicResult::default().with_name(t.name.clone());
             match result {
-                Ok((config, id)) => {
+                Ok((config, factor, id)) => {
                     let resp = resp
                         .with_num_partitions(partitions)
-                        .with_replication_factor(1);
+                        .with_replication_factor(factor);
                     let resp = if version >= 7 {
                         resp.with_topic_id(id.unwrap_or_default())
                     } else {

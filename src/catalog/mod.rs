@@ -56,6 +56,32 @@ impl From<std::io::Error> for CatalogError {
     }
 }
 
+/// Kafka's `default.replication.factor`, what a request for factor -1 gets.
+/// Kafka's default too: a topic created without a factor is described with
+/// its leader alone.
+pub const DEFAULT_REPLICATION_FACTOR: i16 = 1;
+
+/// The replication factor a topic asking for `requested` gets with
+/// `brokers` brokers registered: -1 is the default; otherwise at least one
+/// and at most one per broker, refused as Kafka refuses it.
+pub fn replication_factor_for(requested: i16, brokers: usize) -> Result<i16, CatalogError> {
+    let factor = match requested {
+        -1 => DEFAULT_REPLICATION_FACTOR,
+        f if f < 1 => {
+            return Err(CatalogError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0.".into(),
+            ))
+        }
+        f => f,
+    };
+    if factor as usize > brokers {
+        return Err(CatalogError::InvalidReplicationFactor(format!(
+            "Unable to replicate the partition {factor} time(s): The target replication factor of {factor} cannot be reached because only {brokers} broker(s) are registered."
+        )));
+    }
+    Ok(factor)
+}
+
 /// Checks a topic name by Kafka's rules: 1-249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), CatalogError> {
     let invalid = |why: &str| {
@@ -437,12 +463,14 @@ impl Catalog {
         Ok(self.producer_ids.allocate()?)
     }
 
-    /// Checks that a topic could be created (name, partitions, replication, configs).
+    /// Checks that a topic could be created (name, partitions, replication, configs)
+    /// with `brokers` brokers registered.
     pub fn validate_new_topic(
         &self,
         name: &str,
         partitions: i32,
         replication_factor: i16,
+        brokers: usize,
         config: &[(&str, Option<&str>)],
     ) -> Result<TopicConfig, CatalogError> {
         validate_topic_name(name)?;
@@ -454,16 +482,7 @@ impl Catalog {
                 "Number of partitions must be larger than 0.".into(),
             ));
         }
-        if replication_factor == 0 || replication_factor < -1 {
-            return Err(CatalogError::InvalidReplicationFactor(
-                "Replication factor must be larger than 0.".into(),
-            ));
-        }
-        if replication_factor > 1 {
-            return Err(CatalogError::InvalidReplicationFactor(format!(
-                "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
-            )));
-        }
+        replication_factor_for(replication_factor, brokers)?;
         TopicConfig::from_pairs(config.iter().copied()).map_err(CatalogError::InvalidConfig)
     }
 
@@ -474,7 +493,7 @@ impl Catalog {
         replication_factor: i16,
         config: &[(&str, Option<&str>)],
     ) -> Result<Arc<Topic>, CatalogError> {
-        let config = self.validate_new_topic(name, partitions, replication_factor, config)?;
+        let config = self.validate_new_topic(name, partitions, replication_factor, 1, config)?;
         let mut topics = self.topics.write();
         if topics.contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
@@ -668,6 +687,33 @@ fn base64_uuid(id: Uuid) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replication_factor_is_refused_beyond_the_registered_brokers() {
+        assert_eq!(replication_factor_for(3, 3).unwrap(), 3);
+        assert_eq!(replication_factor_for(1, 1).unwrap(), 1);
+        let e = replication_factor_for(2, 1).unwrap_err();
+        assert!(matches!(e, CatalogError::InvalidReplicationFactor(_)));
+        assert_eq!(
+            e.to_string(),
+            "Unable to replicate the partition 2 time(s): The target replication factor of 2 cannot be reached because only 1 broker(s) are registered."
+        );
+        assert!(replication_factor_for(4, 3).is_err());
+    }
+
+    #[test]
+    fn replication_factor_minus_one_is_the_default_and_zero_is_refused() {
+        assert_eq!(
+            replication_factor_for(-1, 3).unwrap(),
+            DEFAULT_REPLICATION_FACTOR
+        );
+        for bad in [0, -2] {
+            assert!(matches!(
+                replication_factor_for(bad, 3),
+                Err(CatalogError::InvalidReplicationFactor(_))
+            ));
+        }
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {

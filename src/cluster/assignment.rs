@@ -220,9 +220,48 @@ fn move_one(next: &mut Assignment, placed: &BTreeSet<(Uuid, i32)>, src: NodeId, 
     }
 }
 
+/// The replicas a partition is reported with: its leader first, then the
+/// live brokers after it in node-id order, wrapping around, until there are
+/// `replication_factor` (fewer if fewer brokers are live).
+///
+/// Nothing is copied to them: every broker reads the same object store, so
+/// any live broker could take the partition over, and these are the ones
+/// named for it. Walking on from the leader's id spreads the followers of a
+/// topic's partitions as Kafka's round-robin placement spreads replicas, and
+/// depends only on the leader and membership, so every broker reports the
+/// same list.
+pub fn replicas(
+    leader: NodeId,
+    live: impl IntoIterator<Item = NodeId>,
+    replication_factor: i16,
+) -> Vec<NodeId> {
+    let others: BTreeSet<NodeId> = live.into_iter().filter(|n| *n != leader).collect();
+    let wanted = usize::try_from(replication_factor).unwrap_or(0).max(1);
+    let after = others.range(leader..).chain(others.range(..leader));
+    std::iter::once(leader)
+        .chain(after.copied())
+        .take(wanted)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_are_the_leader_then_the_next_live_brokers_by_id() {
+        assert_eq!(replicas(2, [1, 2, 3], 3), vec![2, 3, 1]);
+        assert_eq!(replicas(3, [1, 2, 3], 2), vec![3, 1]);
+        assert_eq!(replicas(1, [3, 1, 2], 1), vec![1]);
+    }
+
+    #[test]
+    fn replicas_are_as_many_as_live_brokers_allow() {
+        assert_eq!(replicas(5, [1, 5], 3), vec![5, 1]);
+        // A leader not (yet) seen live still leads; the rest follow it.
+        assert_eq!(replicas(4, [1, 2, 3], 3), vec![4, 1, 2]);
+        assert_eq!(replicas(1, [], 3), vec![1]);
+    }
 
     /// xorshift64*: enough randomness for generating cases, reproducible by seed.
     struct Rng(u64);

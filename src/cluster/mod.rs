@@ -13,7 +13,7 @@
 //! ```text
 //! <prefix>/brokers/<node_id>          BrokerInfo JSON, under the broker's lease
 //! <prefix>/controller                 {"node_id"}, under the controller's lease
-//! <prefix>/topics/<name>              TopicRecord JSON {id, partitions, config}
+//! <prefix>/topics/<name>              TopicRecord JSON {id, partitions, replication_factor, config}
 //! <prefix>/assignment/<topic_id>      {partition: {leader, epoch, handover_to?}}
 //! <prefix>/released/<topic_id>/<p>    {leader, epoch}: "I stopped serving this epoch"
 //! <prefix>/producer_ids/next          first producer id not yet handed out
@@ -70,7 +70,7 @@ mod url;
 mod view;
 
 pub use access::{EtcdAccess, POLL as ACCESS_POLL};
-pub use assignment::{plan, Assignment, PartitionLeader, ReleaseAck, TopicAssignment};
+pub use assignment::{plan, replicas, Assignment, PartitionLeader, ReleaseAck, TopicAssignment};
 pub use controller::{Controller, Term};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, Keys};

@@ -157,7 +157,11 @@ impl ClusterState {
         }
         for (name, topic) in &self.topics {
             let t = &topic.value;
-            let _ = writeln!(out, "topic {name} ({}), {} partitions", t.id, t.partitions);
+            let _ = writeln!(
+                out,
+                "topic {name} ({}), {} partitions, replication factor {}",
+                t.id, t.partitions, t.replication_factor
+            );
             for p in 0..t.partitions {
                 let leader = match self.assignment.get(&t.id).and_then(|a| a.value.get(&p)) {
                     Some(l) => {
@@ -178,6 +182,23 @@ impl ClusterState {
     pub fn leader_of(&self, topic: Uuid, partition: i32) -> Option<(NodeId, i32)> {
         let e = self.assignment.get(&topic)?.value.get(&partition)?;
         Some((e.leader, e.epoch))
+    }
+
+    /// The partition's reported replicas (see [`replicas`](super::replicas)):
+    /// its leader, then live brokers up to the replication factor topic
+    /// `name` was created with, if it is still the topic with `id`.
+    pub fn replicas_of(&self, name: &str, id: Uuid, partition: i32) -> Option<Vec<NodeId>> {
+        let (leader, _) = self.leader_of(id, partition)?;
+        let factor = self
+            .topics
+            .get(name)
+            .filter(|t| t.value.id == id)
+            .map_or(1, |t| t.value.replication_factor);
+        Some(super::replicas(
+            leader,
+            self.brokers.keys().copied(),
+            factor,
+        ))
     }
 
     /// The partitions `node` leads, in (topic, partition) order.

@@ -6,6 +6,12 @@
 //! opaque here: validating them and the configs is the catalog layer's job.
 //! The topic id is fixed at creation and names the assignment, so a topic
 //! deleted and created again under the same name is a different topic.
+//!
+//! The replication factor is kept with the topic only to be reported: the
+//! data lives once, in the object store, and any live broker can lead any
+//! partition, so the factor says how many brokers a partition is described
+//! as having (its leader and the brokers next in line), not how many copies
+//! exist. Records written before it was kept read as factor 1.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +29,14 @@ const CAS_ATTEMPTS: usize = 16;
 pub struct TopicRecord {
     pub id: Uuid,
     pub partitions: i32,
+    #[serde(default = "one")]
+    pub replication_factor: i16,
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+}
+
+fn one() -> i16 {
+    1
 }
 
 #[derive(Clone)]
@@ -38,16 +50,23 @@ impl TopicStore {
     }
 
     /// Creates a topic with a fresh id; [`ClusterError::TopicExists`] if the
-    /// name is taken.
+    /// name is taken. Whether the cluster has brokers enough for
+    /// `replication_factor` is the caller's question: membership changes.
     pub async fn create(
         &self,
         name: &str,
         partitions: i32,
+        replication_factor: i16,
         config: BTreeMap<String, String>,
     ) -> Result<TopicRecord> {
         if partitions < 1 {
             return Err(ClusterError::InvalidArgument(format!(
                 "a topic needs at least one partition, not {partitions}"
+            )));
+        }
+        if replication_factor < 1 {
+            return Err(ClusterError::InvalidArgument(format!(
+                "a topic needs a replication factor of at least 1, not {replication_factor}"
             )));
         }
         // The cluster's id for the topic, agreed by the create below. Not
@@ -58,6 +77,7 @@ impl TopicStore {
         let record = TopicRecord {
             id,
             partitions,
+            replication_factor,
             config,
         };
         let key = self.etcd.keys().topic(name);
@@ -174,4 +194,28 @@ fn decode(key: &str, bytes: &[u8]) -> Result<TopicRecord> {
         key: key.to_string(),
         reason: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_written_before_replication_factors_were_kept_reads_as_factor_one() {
+        let old = br#"{"id":"6f0c3a39-2b0e-4c55-9d53-5b1f1f6f9d10","partitions":3,"config":{}}"#;
+        let record = decode("k", old).unwrap();
+        assert_eq!(record.replication_factor, 1);
+        assert_eq!(record.partitions, 3);
+    }
+
+    #[test]
+    fn the_replication_factor_survives_a_round_trip_through_etcd_json() {
+        let record = TopicRecord {
+            id: Uuid::nil(),
+            partitions: 2,
+            replication_factor: 3,
+            config: BTreeMap::new(),
+        };
+        assert_eq!(decode("k", &encode(&record)).unwrap(), record);
+    }
 }

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use super::config::BrokerConfig;
-use crate::catalog::{Catalog, TopicConfig, TopicSpec};
+use crate::catalog::{Catalog, TopicConfig, TopicSpec, DEFAULT_REPLICATION_FACTOR};
 use crate::cluster::{
     BrokerInfo, ClusterError, ClusterNode, ClusterUrl, ClusterView, Controller, LeaseState, Member,
     MemberOptions,
@@ -128,7 +128,12 @@ pub(super) async fn adopt_topics(
             .collect();
         match node
             .topics()
-            .create(spec.name, spec.partitions, config)
+            .create(
+                spec.name,
+                spec.partitions,
+                DEFAULT_REPLICATION_FACTOR,
+                config,
+            )
             .await
         {
             Ok(_) | Err(ClusterError::TopicExists(_)) => {}

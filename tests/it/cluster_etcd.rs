@@ -388,7 +388,7 @@ async fn a_deposed_controllers_stale_write_is_rejected() {
     );
 
     let topics = TopicStore::new(m1.etcd().clone());
-    let topic = topics.create("t", 3, BTreeMap::new()).await.unwrap();
+    let topic = topics.create("t", 3, 1, BTreeMap::new()).await.unwrap();
     let stale = t1.snapshot().await.unwrap();
     assert_eq!(stale.controller, Some(1));
 
@@ -430,8 +430,8 @@ async fn partitions_spread_move_off_a_dead_broker_and_rebalance_onto_a_newcomer(
         brokers.insert(id, Broker::start(&url, id).await);
     }
     let topics = TopicStore::new(admin.clone());
-    topics.create("a", 5, BTreeMap::new()).await.unwrap();
-    topics.create("b", 7, BTreeMap::new()).await.unwrap();
+    topics.create("a", 5, 1, BTreeMap::new()).await.unwrap();
+    topics.create("b", 7, 1, BTreeMap::new()).await.unwrap();
     let view = brokers[&1].view.clone();
 
     let spread = until(&view, "12 partitions spread over 3", |s| {
@@ -515,9 +515,9 @@ async fn topic_creation_is_exclusive_and_changes_are_compare_and_swap() {
     let b = TopicStore::new(Etcd::connect(&etcd.url(), REQUEST_TIMEOUT).await.unwrap());
 
     let config = BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]);
-    let created = a.create("orders", 3, config.clone()).await.unwrap();
+    let created = a.create("orders", 3, 3, config.clone()).await.unwrap();
     let err = b
-        .create("orders", 8, BTreeMap::new())
+        .create("orders", 8, 1, BTreeMap::new())
         .await
         .expect_err("created twice");
     assert!(
@@ -526,7 +526,11 @@ async fn topic_creation_is_exclusive_and_changes_are_compare_and_swap() {
     );
     assert_eq!(b.get("orders").await.unwrap(), Some(created.clone()));
     assert!(matches!(
-        a.create("zero", 0, BTreeMap::new()).await,
+        a.create("zero", 0, 1, BTreeMap::new()).await,
+        Err(ClusterError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        a.create("unreplicated", 1, 0, BTreeMap::new()).await,
         Err(ClusterError::InvalidArgument(_))
     ));
 
@@ -546,8 +550,13 @@ async fn topic_creation_is_exclusive_and_changes_are_compare_and_swap() {
     }
     let grown = a.get("orders").await.unwrap().unwrap();
     assert_eq!(
-        (grown.id, grown.partitions, &grown.config),
-        (created.id, 15, &config)
+        (
+            grown.id,
+            grown.partitions,
+            grown.replication_factor,
+            &grown.config
+        ),
+        (created.id, 15, 3, &config)
     );
     let err = b
         .add_partitions("orders", 15)
@@ -568,7 +577,7 @@ async fn topic_creation_is_exclusive_and_changes_are_compare_and_swap() {
         Err(ClusterError::UnknownTopic(_))
     ));
 
-    a.create("other", 1, BTreeMap::new()).await.unwrap();
+    a.create("other", 1, 1, BTreeMap::new()).await.unwrap();
     assert_eq!(
         b.list().await.unwrap().keys().collect::<Vec<_>>(),
         ["orders", "other"]
@@ -578,7 +587,7 @@ async fn topic_creation_is_exclusive_and_changes_are_compare_and_swap() {
         a.delete("orders").await,
         Err(ClusterError::UnknownTopic(_))
     ));
-    let recreated = a.create("orders", 1, BTreeMap::new()).await.unwrap();
+    let recreated = a.create("orders", 1, 1, BTreeMap::new()).await.unwrap();
     assert_ne!(
         recreated.id, created.id,
         "a new topic under an old name is a new topic"
@@ -630,7 +639,7 @@ async fn an_etcd_outage_gives_retriable_errors_and_the_cluster_recovers_after_re
     let b1 = Broker::start(&url, 1).await;
     let b2 = Broker::start(&url, 2).await;
     let topics = TopicStore::new(admin.clone());
-    let topic = topics.create("t", 4, BTreeMap::new()).await.unwrap();
+    let topic = topics.create("t", 4, 1, BTreeMap::new()).await.unwrap();
     for b in [&b1, &b2] {
         until(&b.view, "t assigned over two brokers", |s| {
             s.settled() && leader_counts(s) == BTreeMap::from([(1, 2), (2, 2)])
@@ -643,7 +652,7 @@ async fn an_etcd_outage_gives_retriable_errors_and_the_cluster_recovers_after_re
     let killed = Instant::now();
     // Calls fail, retriably, within their bound instead of hanging.
     let bounded = REQUEST_TIMEOUT * 3;
-    let err = tokio::time::timeout(bounded, topics.create("u", 1, BTreeMap::new()))
+    let err = tokio::time::timeout(bounded, topics.create("u", 1, 1, BTreeMap::new()))
         .await
         .expect("create hung while etcd was down")
         .expect_err("create succeeded without etcd");
@@ -707,7 +716,7 @@ async fn an_etcd_outage_gives_retriable_errors_and_the_cluster_recovers_after_re
     }
     let deadline = Instant::now() + SOON;
     loop {
-        match topics.create("u", 1, BTreeMap::new()).await {
+        match topics.create("u", 1, 1, BTreeMap::new()).await {
             Ok(_) => break,
             Err(e) if e.is_retriable() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await

@@ -417,3 +417,215 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
     assert_eq!(resp.responses[0].error_code, 0, "{resp:?}");
     partitions_everywhere(None).await;
 }
+
+/// Each partition of `topic` as broker `node` describes it in Metadata:
+/// (leader, replicas, ISR); empty until every partition has a leader.
+async fn replicas_seen_by(
+    cluster: &Cluster,
+    node: i32,
+    topic: &str,
+) -> Vec<(i32, Vec<i32>, Vec<i32>)> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut raw = Raw::connect(addr(&cluster.bootstrap_of(node))).await;
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+        ]))
+        .with_allow_auto_topic_creation(false);
+    let resp: MetadataResponse = raw.call(ApiKey::Metadata, 12, &req).await;
+    let t = &resp.topics[0];
+    if t.error_code != 0 || t.partitions.iter().any(|p| p.leader_id.0 < 0) {
+        return Vec::new();
+    }
+    let ids = |v: &[kafka_protocol::messages::BrokerId]| v.iter().map(|b| b.0).collect();
+    let mut parts: Vec<_> = t.partitions.iter().collect();
+    parts.sort_by_key(|p| p.partition_index);
+    parts
+        .iter()
+        .map(|p| (p.leader_id.0, ids(&p.replica_nodes), ids(&p.isr_nodes)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replication_factors_up_to_the_live_brokers_are_accepted_and_reported_by_every_broker() {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+    use kafka_protocol::messages::{
+        AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
+        CreateTopicsRequest, CreateTopicsResponse, DescribeTopicPartitionsRequest,
+        DescribeTopicPartitionsResponse,
+    };
+    const TOPIC: &str = "connect-configs";
+    const PARTITIONS: i32 = 4;
+    let Some(mut cluster) = Cluster::start(&[1, 2, 3]).await else {
+        return;
+    };
+    let create = |name: &str, factor: i16| {
+        CreateTopicsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(topic_name(name))
+                .with_num_partitions(PARTITIONS)
+                .with_replication_factor(factor)])
+    };
+    let mut raw = Raw::connect(addr(&cluster.bootstrap_of(1))).await;
+    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &create(TOPIC, 3)).await;
+    let created = &resp.topics[0];
+    assert_eq!(created.error_code, 0, "{resp:?}");
+    assert_eq!(created.replication_factor, 3);
+
+    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &create("four", 4)).await;
+    let refused = &resp.topics[0];
+    assert_eq!(
+        refused.error_code,
+        ResponseError::InvalidReplicationFactor.code()
+    );
+    assert_eq!(
+        refused.error_message.as_deref(),
+        Some("Unable to replicate the partition 4 time(s): The target replication factor of 4 cannot be reached because only 3 broker(s) are registered.")
+    );
+
+    let resp: CreateTopicsResponse = raw
+        .call(ApiKey::CreateTopics, 7, &create("defaulted", -1))
+        .await;
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+    assert_eq!(resp.topics[0].replication_factor, 1);
+
+    // Every broker reports three replicas per partition, the leader first,
+    // all in sync, and they all report the same ones.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let mut seen = Vec::new();
+        for node in cluster.running() {
+            seen.push(replicas_seen_by(&cluster, node, TOPIC).await);
+        }
+        if seen
+            .iter()
+            .all(|s| s.len() == PARTITIONS as usize && *s == seen[0])
+        {
+            break seen.swap_remove(0);
+        }
+        assert!(Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (leader, replicas, isr) in &seen {
+        assert_eq!(replicas.first(), Some(leader), "{seen:?}");
+        assert_eq!(
+            replicas.iter().collect::<BTreeSet<_>>(),
+            [1, 2, 3].iter().collect::<BTreeSet<_>>()
+        );
+        assert_eq!(isr, replicas);
+    }
+    assert!(
+        cluster.describe().contains("replication factor 3"),
+        "{}",
+        cluster.describe()
+    );
+    let defaulted = loop {
+        let seen = replicas_seen_by(&cluster, 2, "defaulted").await;
+        if !seen.is_empty() {
+            break seen;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(defaulted.iter().all(|(l, r, _)| r == &vec![*l]));
+
+    // DescribeTopicPartitions agrees, as kafka-topics.sh --describe reads it.
+    let mut raw = Raw::connect(addr(&cluster.bootstrap_of(3))).await;
+    let resp: DescribeTopicPartitionsResponse = raw
+        .call(
+            ApiKey::DescribeTopicPartitions,
+            0,
+            &DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![TopicRequest::default().with_name(topic_name(TOPIC))]),
+        )
+        .await;
+    let described: Vec<(i32, Vec<i32>, Vec<i32>)> = resp.topics[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect();
+            (p.leader_id.0, ids(&p.replica_nodes), ids(&p.isr_nodes))
+        })
+        .collect();
+    assert_eq!(described, seen);
+
+    // Reassigning a partition to the replicas it has is a no-op that
+    // succeeds; changing their number is refused as Kafka refuses it.
+    let reassign = |replicas: Vec<i32>| {
+        AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![ReassignableTopic::default()
+                .with_name(topic_name(TOPIC))
+                .with_partitions(vec![ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(Some(
+                        replicas.into_iter().map(BrokerId).collect(),
+                    ))])])
+    };
+    let resp: AlterPartitionReassignmentsResponse = raw
+        .call(
+            ApiKey::AlterPartitionReassignments,
+            0,
+            &reassign(seen[0].1.clone()),
+        )
+        .await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, 0, "{resp:?}");
+    let resp: AlterPartitionReassignmentsResponse = raw
+        .call(
+            ApiKey::AlterPartitionReassignments,
+            1,
+            &reassign(vec![seen[0].0]).with_allow_replication_factor_change(false),
+        )
+        .await;
+    let refused = &resp.responses[0].partitions[0];
+    assert_eq!(
+        refused.error_code,
+        ResponseError::InvalidReplicationFactor.code()
+    );
+    assert_eq!(
+        refused.error_message.as_deref(),
+        Some("The replication factor is changed from 3 to a different value.")
+    );
+
+    // With a broker gone, a factor of 3 is more than the live brokers.
+    cluster.stop(3);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut raw = Raw::connect(addr(&cluster.bootstrap_of(1))).await;
+    loop {
+        let resp: CreateTopicsResponse =
+            raw.call(ApiKey::CreateTopics, 7, &create("late", 3)).await;
+        let code = resp.topics[0].error_code;
+        if code == ResponseError::InvalidReplicationFactor.code() {
+            break;
+        }
+        // Until broker 3's leave shows, the topic may be created; drop it.
+        assert!(Instant::now() < deadline, "{resp:?}");
+        if code == 0 {
+            use kafka_protocol::messages::DeleteTopicsRequest;
+            let delete = DeleteTopicsRequest::default()
+                .with_timeout_ms(10_000)
+                .with_topic_names(vec![topic_name("late")]);
+            let _: kafka_protocol::messages::DeleteTopicsResponse =
+                raw.call(ApiKey::DeleteTopics, 4, &delete).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Its partitions move to the others, and every partition is reported
+    // with the two brokers left.
+    loop {
+        let seen = replicas_seen_by(&cluster, 1, TOPIC).await;
+        let two_left =
+            |(l, r, _): &(i32, Vec<i32>, Vec<i32>)| r.len() == 2 && r[0] == *l && !r.contains(&3);
+        if !seen.is_empty() && seen.iter().all(two_left) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

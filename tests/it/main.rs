@@ -37,6 +37,7 @@ mod group_protocol;
 mod inter_broker;
 mod leader_epochs;
 mod metrics;
+mod replicas_and_log_dirs;
 mod security;
 mod simulation;
 mod tiered;
