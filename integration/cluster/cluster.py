@@ -233,12 +233,14 @@ def wal_data_objects(c):
         for k in sorted(objects)[:-1]:
             if k not in FENCES:
                 try:
-                    head = c.get_object(Bucket=BUCKET, Key=k, Range="bytes=0-31")["Body"].read()
+                    head = c.get_object(Bucket=BUCKET, Key=k, Range="bytes=0-39")["Body"].read()
                 except ClientError:
                     continue  # collected meanwhile
                 assert head[:4] == b"SWAL", k
-                # the entry count, u32::MAX for a fence
-                FENCES[k] = struct.unpack(">I", head[28:32])[0] == 0xFFFFFFFF
+                # the entry count, u32::MAX for a fence: after the run's first
+                # sequence number from format version 2 on (src/format/wal.rs)
+                at = 28 if struct.unpack(">H", head[4:6])[0] == 1 else 36
+                FENCES[k] = struct.unpack(">I", head[at:at + 4])[0] == 0xFFFFFFFF
             data += not FENCES[k]
     return data, len(keys)
 
