@@ -34,7 +34,7 @@ use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
 use crate::catalog::config::TOPIC_CONFIGS;
-use crate::catalog::{replication_factor_for, CatalogError, TopicConfig};
+use crate::catalog::{CatalogError, TopicConfig};
 use crate::cluster::ClusterError;
 
 pub(super) const CREATE_TOPICS: Api = api!(CreateTopicsRequest, 2..=7, later(handle_create_topics));
@@ -229,7 +229,6 @@ pub(super) async fn create_topics(
             let validated = broker
                 .catalog
                 .validate_new_topic(&name, partitions, requested, registered, &configs)
-                .and_then(|c| Ok((c, replication_factor_for(requested, registered)?)))
                 .map_err(catalog_error);
             let result = match (&broker.cluster, validated) {
                 (_, Err(e)) => Err(e),

@@ -464,7 +464,7 @@ impl Catalog {
     }
 
     /// Checks that a topic could be created (name, partitions, replication, configs)
-    /// with `brokers` brokers registered.
+    /// with `brokers` brokers registered; its configs and replication factor.
     pub fn validate_new_topic(
         &self,
         name: &str,
@@ -472,7 +472,7 @@ impl Catalog {
         replication_factor: i16,
         brokers: usize,
         config: &[(&str, Option<&str>)],
-    ) -> Result<TopicConfig, CatalogError> {
+    ) -> Result<(TopicConfig, i16), CatalogError> {
         validate_topic_name(name)?;
         if self.topics.read().contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
@@ -482,8 +482,10 @@ impl Catalog {
                 "Number of partitions must be larger than 0.".into(),
             ));
         }
-        replication_factor_for(replication_factor, brokers)?;
-        TopicConfig::from_pairs(config.iter().copied()).map_err(CatalogError::InvalidConfig)
+        let factor = replication_factor_for(replication_factor, brokers)?;
+        let config =
+            TopicConfig::from_pairs(config.iter().copied()).map_err(CatalogError::InvalidConfig)?;
+        Ok((config, factor))
     }
 
     pub fn create_topic(
@@ -493,7 +495,8 @@ impl Catalog {
         replication_factor: i16,
         config: &[(&str, Option<&str>)],
     ) -> Result<Arc<Topic>, CatalogError> {
-        let config = self.validate_new_topic(name, partitions, replication_factor, 1, config)?;
+        let (config, _) =
+            self.validate_new_topic(name, partitions, replication_factor, 1, config)?;
         let mut topics = self.topics.write();
         if topics.contains_key(name) {
             return Err(CatalogError::TopicExists(name.to_string()));
