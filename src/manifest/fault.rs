@@ -29,6 +29,9 @@ pub enum Fault {
     Fail,
     /// Every request waits until the fault changes (then passes or fails).
     Stall,
+    /// Every n-th request fails, the others pass: a store that errs now
+    /// and then.
+    FailEvery(u64),
 }
 
 /// A log-normal latency: half the requests take less than `median`, 99% less
@@ -106,9 +109,17 @@ impl FaultyStore {
         let (passed, refused) = (self.passed.clone(), self.refused.clone());
         async move {
             loop {
-                let fault = *rx.borrow_and_update();
+                let mut fault = *rx.borrow_and_update();
+                if let Fault::FailEvery(n) = fault {
+                    let seen = passed.load(Ordering::Relaxed) + refused.load(Ordering::Relaxed);
+                    fault = if (seen + 1) % n.max(1) == 0 {
+                        Fault::Fail
+                    } else {
+                        Fault::None
+                    };
+                }
                 match fault {
-                    Fault::None => {
+                    Fault::None | Fault::FailEvery(_) => {
                         passed.fetch_add(1, Ordering::Relaxed);
                         if let Some(delay) = delay {
                             tokio::time::sleep(delay).await;

@@ -176,7 +176,16 @@ impl Uploader {
                             .map_err(|e| TierError::Corrupt(format!("key index task: {e}")))??;
                     tiered.keys = Some(stats);
                 }
-                self.upload_segment(partition, meta, &tiered.key).await?;
+                if let Err(e) = self.upload_segment(partition, meta, &tiered.key).await {
+                    if uploaded.is_empty() {
+                        return Err(e);
+                    }
+                    // What did upload is committed, and the turn counts as
+                    // progress (no backoff): a store that errs now and then
+                    // must not hold a partition's uploads back for good.
+                    tracing::warn!(topic = topic.name(), partition = index, error = %e, "uploading a segment failed; committing the ones before it");
+                    break;
+                }
                 uploaded.push(tiered);
             }
             let stable_offset = partition.last_stable_offset();

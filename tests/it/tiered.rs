@@ -2,7 +2,8 @@
 //! a wiped data directory comes back from the store, committed offsets
 //! included; a failing or stalled store does not stop produce or reads of
 //! the head and cache, and nothing is lost when it recovers; retention
-//! removes tiered segments.
+//! removes tiered segments; a store that errs now and then still lets
+//! uploads advance.
 
 use crate::common;
 
@@ -219,6 +220,30 @@ async fn failing_store_keeps_head_and_cache_serving_and_catches_up() {
     let server = start(fresh.path(), inner, &[]).await;
     let bootstrap = server.local_addr().to_string();
     check_all(&consume(&bootstrap, "outage", 0, 3000), 0);
+    server.shutdown().await.unwrap();
+}
+
+/// Segments piled up while the store was down; it then fails every tenth
+/// request, so no turn uploads them all. Each turn commits what it did
+/// upload instead of starting over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_advance_on_a_store_that_fails_every_few_requests() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faulty = Arc::new(FaultyStore::new(inner.clone()));
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), faulty.clone(), &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    create_topic(&bootstrap, "flaky", SEGMENT_CONFIG).await;
+    faulty.set(Fault::Fail);
+    produce(&bootstrap, "flaky", 0..1000).await;
+    faulty.set(Fault::FailEvery(10));
+    wait_tiered(&server, "flaky", 1000).await;
+    server.shutdown().await.unwrap();
+
+    let fresh = tempfile::tempdir().unwrap();
+    let server = start(fresh.path(), inner, &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    check_all(&consume(&bootstrap, "flaky", 0, 1000), 0);
     server.shutdown().await.unwrap();
 }
 
