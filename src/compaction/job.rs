@@ -41,6 +41,12 @@ use crate::manifest::{
     TieredSegment, WriterEpoch,
 };
 
+/// Jobs whose sources add up to no more than this are merged in the task
+/// that runs them, from sources fetched whole (`StoreSegment::fetch`): a
+/// millisecond or so of CPU, and no blocking thread. Bigger ones stream
+/// their sources on a blocking thread.
+pub const INLINE_MERGE_BYTES: u64 = 1 << 20;
+
 /// The internal topic jobs are queued on.
 pub const JOBS_TOPIC: &str = "__strata_compaction";
 /// The consumer group of the workers.
@@ -125,6 +131,7 @@ pub struct Runner {
     clock: SharedClock,
     /// Output names.
     random: SharedRandom,
+    inline_merge_bytes: u64,
 }
 
 impl Runner {
@@ -146,6 +153,16 @@ impl Runner {
             scratch,
             clock,
             random,
+            inline_merge_bytes: INLINE_MERGE_BYTES,
+        }
+    }
+
+    /// Merges jobs whose sources add up to at most `bytes` in the task
+    /// (default [`INLINE_MERGE_BYTES`]); 0 streams every job.
+    pub fn inline_merge_bytes(self, bytes: u64) -> Runner {
+        Runner {
+            inline_merge_bytes: bytes,
+            ..self
         }
     }
 
@@ -228,22 +245,34 @@ impl Runner {
             )
         };
         let base = segments[0].base_offset;
-        let store = self.store.clone();
-        let handle = tokio::runtime::Handle::current();
-        let sources = segments.to_vec();
-        let dir = work.clone();
-        let (meta, stats) = tokio::task::spawn_blocking(move || {
-            let sources: Vec<StoreSegment> = sources
-                .iter()
-                .map(|s| StoreSegment::new(store.clone(), s, handle.clone(), dir.join("spill")))
-                .collect();
+        let total: u64 = segments.iter().map(|s| s.size).sum();
+        let (meta, stats) = if total <= self.inline_merge_bytes {
+            let mut sources = Vec::with_capacity(segments.len());
+            for s in segments {
+                sources.push(StoreSegment::fetch(self.store.clone(), s, work.join("spill")).await?);
+            }
             let refs: Vec<&dyn SegmentSource> =
                 sources.iter().map(|s| s as &dyn SegmentSource).collect();
-            let mut sink = LocalSink::create(&dir, base)?;
-            merge(&refs, &mut sink, &opts, &aborted)
-        })
-        .await
-        .map_err(|e| CompactionError::InvalidMerge(format!("merge task failed: {e}")))??;
+            let mut sink = LocalSink::create(&work, base)?;
+            merge(&refs, &mut sink, &opts, &aborted)?
+        } else {
+            let store = self.store.clone();
+            let handle = tokio::runtime::Handle::current();
+            let sources = segments.to_vec();
+            let dir = work.clone();
+            tokio::task::spawn_blocking(move || {
+                let sources: Vec<StoreSegment> = sources
+                    .iter()
+                    .map(|s| StoreSegment::new(store.clone(), s, handle.clone(), dir.join("spill")))
+                    .collect();
+                let refs: Vec<&dyn SegmentSource> =
+                    sources.iter().map(|s| s as &dyn SegmentSource).collect();
+                let mut sink = LocalSink::create(&dir, base)?;
+                merge(&refs, &mut sink, &opts, &aborted)
+            })
+            .await
+            .map_err(|e| CompactionError::InvalidMerge(format!("merge task failed: {e}")))??
+        };
         // The output ends where its last source does, so that source's
         // producer snapshot is the output's (a restore reads the newest).
         let last = segments.last().expect("a job has sources");

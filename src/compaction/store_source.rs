@@ -5,6 +5,12 @@
 //! is one chunk per open stream whatever the segment's size, and nothing is
 //! staged on disk. Runs on a blocking thread and drives the async store
 //! through the runtime handle it was given.
+//!
+//! A source no bigger than one chunk costs one GET however it is read, so
+//! [`StoreSegment::fetch`] reads such a segment whole, up front, in async
+//! code: a small merge then needs neither a blocking thread nor the runtime
+//! handle, and runs in the task that asked for it (see `job`), which also
+//! keeps it on a simulation's paused clock.
 
 use std::fs::File;
 use std::io::{BufWriter, Read};
@@ -24,15 +30,26 @@ use crate::format::segment::{KEY_INDEX_EXT, LOG_EXT};
 use crate::log::key_index::{add_batch_records, KeyIndexBuilder, DEFAULT_BUILD_BUDGET};
 use crate::manifest::{ManifestError, TieredSegment};
 
-const CHUNK: u64 = 4 << 20;
+pub(crate) const CHUNK: u64 = 4 << 20;
 
 pub struct StoreSegment {
     store: Arc<dyn ObjectStore>,
     key: String,
     meta: SegmentMeta,
-    handle: Handle,
+    body: Body,
     /// Where a missing key index is built.
     scratch: PathBuf,
+}
+
+/// Where a source's bytes come from.
+enum Body {
+    /// Ranged GETs as the merge reads, through this runtime.
+    Streamed(Handle),
+    /// Read whole before the merge; no key index object if `None`.
+    Fetched {
+        log: Bytes,
+        key_index: Option<Bytes>,
+    },
 }
 
 impl StoreSegment {
@@ -46,19 +63,58 @@ impl StoreSegment {
             store,
             key: segment.key.clone(),
             meta: segment.to_meta(),
-            handle,
+            body: Body::Streamed(handle),
             scratch,
         }
     }
 
-    fn object(&self, ext: &str, size: u64) -> ObjectReader {
+    /// The segment read whole now: its log and its key index, if it has one.
+    pub async fn fetch(
+        store: Arc<dyn ObjectStore>,
+        segment: &TieredSegment,
+        scratch: PathBuf,
+    ) -> Result<StoreSegment, CompactionError> {
+        let object = |ext: &str| Path::from(format!("{}.{ext}", segment.key));
+        let log = get_all(&store, &object(LOG_EXT))
+            .await
+            .map_err(ManifestError::from)?;
+        if log.len() as u64 != segment.size {
+            return Err(CompactionError::InvalidMerge(format!(
+                "{} holds {} bytes, its manifest entry {}",
+                object(LOG_EXT),
+                log.len(),
+                segment.size
+            )));
+        }
+        let key_index = match get_all(&store, &object(KEY_INDEX_EXT)).await {
+            Ok(bytes) => Some(bytes),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(ManifestError::from(e).into()),
+        };
+        Ok(StoreSegment {
+            store,
+            key: segment.key.clone(),
+            meta: segment.to_meta(),
+            body: Body::Fetched { log, key_index },
+            scratch,
+        })
+    }
+
+    fn streamed(&self, handle: &Handle, ext: &str, size: u64) -> ObjectReader {
         ObjectReader {
             store: self.store.clone(),
             path: Path::from(format!("{}.{ext}", self.key)),
             size,
             position: 0,
             chunk: Bytes::new(),
-            handle: self.handle.clone(),
+            handle: handle.clone(),
+        }
+    }
+
+    fn log_reader(&self) -> Box<dyn Read + Send + '_> {
+        match &self.body {
+            Body::Streamed(handle) => Box::new(self.streamed(handle, LOG_EXT, self.meta.size)),
+            Body::Fetched { log, .. } => Box::new(log.clone().reader()),
         }
     }
 
@@ -69,7 +125,7 @@ impl StoreSegment {
         std::fs::create_dir_all(&self.scratch)?;
         let mut builder =
             KeyIndexBuilder::new(self.meta.base_offset, DEFAULT_BUILD_BUDGET, &self.scratch);
-        let mut stream = BatchStream::new(self.object(LOG_EXT, self.meta.size));
+        let mut stream = BatchStream::new(self.log_reader());
         while let Some((header, bytes)) = stream.next_batch()? {
             add_batch_records(&mut builder, &header, bytes)?;
         }
@@ -95,17 +151,31 @@ impl SegmentSource for StoreSegment {
     }
 
     fn log(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
-        Ok(Box::new(self.object(LOG_EXT, self.meta.size)))
+        Ok(self.log_reader())
     }
 
     fn key_index(&self) -> Result<Box<dyn Read + Send + '_>, CompactionError> {
+        let handle = match &self.body {
+            Body::Streamed(handle) => handle,
+            Body::Fetched {
+                key_index: Some(bytes),
+                ..
+            } => return Ok(Box::new(bytes.clone().reader())),
+            Body::Fetched {
+                key_index: None, ..
+            } => return Ok(Box::new(self.build_key_index()?)),
+        };
         let path = Path::from(format!("{}.{KEY_INDEX_EXT}", self.key));
-        match self.handle.block_on(self.store.head(&path)) {
-            Ok(head) => Ok(Box::new(self.object(KEY_INDEX_EXT, head.size))),
+        match handle.block_on(self.store.head(&path)) {
+            Ok(head) => Ok(Box::new(self.streamed(handle, KEY_INDEX_EXT, head.size))),
             Err(object_store::Error::NotFound { .. }) => Ok(Box::new(self.build_key_index()?)),
             Err(e) => Err(ManifestError::from(e).into()),
         }
     }
+}
+
+async fn get_all(store: &Arc<dyn ObjectStore>, path: &Path) -> object_store::Result<Bytes> {
+    store.get(path).await?.bytes().await
 }
 
 /// Sequential reads of one object through ranged GETs.

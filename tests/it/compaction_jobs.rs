@@ -582,8 +582,9 @@ async fn two_workers_racing_on_one_job_produce_one_result() {
     let (broker, store, latest) = broker_without_worker().await;
     let scratch = tempfile::tempdir().unwrap();
     let job = job_for_first(&store, "kv", 4).await;
+    // One merges in its task, the other streams on a blocking thread.
     let a = Runner::new(store.clone(), 1, scratch.path().join("a"));
-    let b = Runner::new(store.clone(), 2, scratch.path().join("b"));
+    let b = Runner::new(store.clone(), 2, scratch.path().join("b")).inline_merge_bytes(0);
     let (ra, rb) = tokio::join!(a.run(&job), b.run(&job));
     let outcomes = [ra.unwrap(), rb.unwrap()];
     let merged: Vec<_> = outcomes
@@ -602,6 +603,24 @@ async fn two_workers_racing_on_one_job_produce_one_result() {
     assert_eq!(unnamed.len(), 4, "{unnamed:?}");
     assert!(unnamed.iter().all(|k| job.sources.contains(k)));
     read_and_check(&broker.bootstrap(), &store, &latest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_merged_in_its_task_writes_the_bytes_a_streamed_merge_writes() {
+    let (_broker, store, _) = broker_without_worker().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let job = job_for_first(&store, "kv", 4).await;
+    let inline = Runner::new(store.clone(), 1, scratch.path().join("a"));
+    let streamed = Runner::new(store.clone(), 2, scratch.path().join("b")).inline_merge_bytes(0);
+    let mut outputs = Vec::new();
+    for runner in [inline, streamed] {
+        let up = runner.merge_and_upload(&job).await.unwrap().unwrap();
+        let log = object_store::path::Path::from(format!("{}.log", up.output.key));
+        let bytes = store.get(&log).await.unwrap().bytes().await.unwrap();
+        outputs.push((up.output.size, up.output.next_offset, bytes));
+    }
+    assert!(!outputs[0].2.is_empty());
+    assert_eq!(outputs[0], outputs[1]);
 }
 
 /// A `strata compact` process, killed (-9) when dropped.
