@@ -5,8 +5,9 @@
 //! a diskless cluster are narrower than that: a PUT that lands after its
 //! caller gave up, a paused leader that wakes up with a write in flight, a
 //! takeover racing an upload. Here the real write-ahead log, takeover and
-//! fencing, manifest commits, uploads and WAL collection of three brokers run
-//! in one thread on tokio's paused clock, so a seed decides everything:
+//! fencing, manifest commits, uploads, compaction and WAL collection of three
+//! brokers run in one thread on tokio's paused clock, so a seed decides
+//! everything:
 //!
 //! - the object store is in memory and draws, per request, a latency and a
 //!   fate: served, refused (503), timed out unserved, or served with the
@@ -19,7 +20,10 @@
 //!   cuts one off from etcd while it goes on serving and writing (a paused
 //!   process that resumes, a zombie), and hands partitions over;
 //! - one idempotent producer per partition retries a batch until it is
-//!   acknowledged, and readers fetch from whichever broker believes it leads.
+//!   acknowledged, and readers fetch from whichever broker believes it leads;
+//! - any broker, leader or not, zombie or not, runs compaction jobs: merges
+//!   of sealed segments whose manifest commits race the leader's uploads and
+//!   takeovers, and whose sources are deleted soon after, under readers.
 //!
 //! After healing, every partition is read from its start, and the history is
 //! checked as the chaos suite checks it: nothing acknowledged lost or moved,
@@ -47,9 +51,12 @@ use object_store::{
 };
 use parking_lot::Mutex;
 use strata::catalog::{Catalog, CatalogSettings, TopicConfig};
-use strata::clock::{Clock, SharedClock};
+use strata::clock::{Clock, SeededRandom, SharedClock};
+use strata::compaction::job::{JobSpec, Outcome as JobOutcome, Runner};
+use strata::compaction::policy::{disjoint_jobs, for_topic, SegmentDesc};
 use strata::format::batch::{encode_batch, whole_batches_len};
 use strata::log::Visibility;
+use strata::manifest::{manifest_dir, partition_prefix, ManifestStore};
 use strata::tier::{Claim, Remotes, Tier, TierSettings, WalCollector};
 use strata::wal::{self, Wal, WalSettings};
 use tokio::task::JoinSet;
@@ -65,6 +72,20 @@ const STEPS: usize = 200;
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 /// Below many draws of the store's latency, so hedges are frequent.
 const HEDGE_AFTER: Duration = Duration::from_millis(40);
+/// How long a merge's sources outlive it: short, so reads that planned on
+/// them meet their deletion.
+const DELETE_DELAY: Duration = Duration::from_secs(2);
+
+/// Small segments, merged two at a time.
+fn topic_config() -> TopicConfig {
+    TopicConfig {
+        overrides: [
+            ("segment.bytes".to_string(), "100".to_string()),
+            ("strata.compaction.fanout".to_string(), "2".to_string()),
+        ]
+        .into(),
+    }
+}
 
 /// splitmix64: small, fast, and the same everywhere.
 #[derive(Clone)]
@@ -523,10 +544,7 @@ impl World {
                     backpressure: None,
                 },
             )?);
-            let config = TopicConfig {
-                overrides: [("segment.bytes".to_string(), "1024".to_string())].into(),
-            };
-            catalog.adopt_topic(TOPIC, TOPIC_ID, PARTITIONS, config)?;
+            catalog.adopt_topic(TOPIC, TOPIC_ID, PARTITIONS, topic_config())?;
             let tier = Tier::open(remotes, catalog.clone(), settings, self.clock.clone()).await?;
             anyhow::Ok((catalog, tier, wal))
         };
@@ -902,6 +920,91 @@ impl World {
         }
     }
 
+    /// A compaction job for `p` on any running node: the merge the topic's
+    /// policy wants of the latest manifest, run as a worker runs it, its
+    /// manifest adopted by that node's tier, its sources deleted after
+    /// `DELETE_DELAY`.
+    fn compact(&mut self, p: i32) {
+        let Some(i) = self.rng.pick(&self.nodes_where(|n| n.run.is_some())) else {
+            return;
+        };
+        let random = Arc::new(SeededRandom::new(self.rng.next()));
+        let node = &mut self.nodes[i];
+        let run = node.run.as_mut().unwrap();
+        let runner = Runner::with(
+            self.store.clone(),
+            node.id,
+            node.dir.join("compaction"),
+            self.clock.clone(),
+            random,
+        );
+        let manifests = ManifestStore::new(
+            self.store.clone(),
+            manifest_dir(&partition_prefix(TOPIC, TOPIC_ID, p)),
+        );
+        let (tier, clock, history, start, me) = (
+            run.tier.clone(),
+            self.clock.clone(),
+            self.history.clone(),
+            self.start,
+            node.id,
+        );
+        run.tasks.spawn(async move {
+            let Ok(Some(manifest)) = manifests.load_latest().await else {
+                return;
+            };
+            let config = topic_config();
+            let stable = &manifest.segments[..manifest.stable_segments()];
+            let descs: Vec<SegmentDesc> = stable.iter().map(SegmentDesc::from).collect();
+            let policy = for_topic(&config.settings());
+            let Some(job) = disjoint_jobs(policy.as_ref(), &descs, clock.now_ms())
+                .into_iter()
+                .next()
+            else {
+                return;
+            };
+            let spec = JobSpec {
+                topic: TOPIC.into(),
+                topic_id: TOPIC_ID,
+                partition: p,
+                sources: stable[job.first..job.first + job.count]
+                    .iter()
+                    .map(|s| s.key.clone())
+                    .collect(),
+                target_level: job.target_level,
+                config,
+                delete_delay_ms: DELETE_DELAY.as_millis() as u64,
+                max_run_ms: 60_000,
+                queued_ms: clock.now_ms(),
+            };
+            let line = match runner.run(&spec).await {
+                Ok(JobOutcome::Merged(merged)) => {
+                    tier.adopt(TOPIC_ID, p, &merged.manifest);
+                    trace(
+                        &history,
+                        start,
+                        format!(
+                            "node {me} merged {p}/{}..{} into level {}",
+                            job.base_offset, job.next_offset, job.target_level
+                        ),
+                    );
+                    tokio::time::sleep(DELETE_DELAY).await;
+                    match runner.delete_sources(&spec).await {
+                        Ok(()) => {
+                            format!("node {me} deleted the sources of {p}/{}..", job.base_offset)
+                        }
+                        Err(e) => {
+                            format!("node {me} left sources of {p}/{}..: {e}", job.base_offset)
+                        }
+                    }
+                }
+                Ok(JobOutcome::Stale(why)) => format!("node {me}: merge of {p} stale: {why}"),
+                Err(e) => format!("node {me}: merge of {p} failed: {e}"),
+            };
+            trace(&history, start, line);
+        });
+    }
+
     /// A live leader hands `p` to another live node: it stops serving,
     /// makes its head durable, and releases; only then does it move.
     fn hand_over(&mut self, p: i32) {
@@ -986,7 +1089,8 @@ impl World {
         let p = self.rng.below(PARTITIONS as u64) as i32;
         let any = self.rng.below(self.nodes.len() as u64) as usize;
         match self.rng.below(100) {
-            0..=34 => self.produce(p),
+            0..=29 => self.produce(p),
+            30..=34 => self.compact(p),
             35..=54 => self.consume(p),
             55..=62 => self.job(false),
             63..=67 => self.job(true),
@@ -1022,6 +1126,11 @@ impl World {
             self.follow();
             if round % 10 == 0 {
                 self.job(false);
+            }
+            if round % 10 == 5 {
+                for p in 0..PARTITIONS {
+                    self.compact(p);
+                }
             }
             for p in 0..PARTITIONS {
                 self.produce(p);
