@@ -35,7 +35,7 @@ use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
-use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
+use crate::coordinator::{Committer, CoordinatorError, NotDescribed, OffsetCommit, TopicOffsets};
 
 pub(super) const FIND_COORDINATOR: Api = api!(
     FindCoordinatorRequest,
@@ -83,8 +83,8 @@ pub(super) const OFFSET_COMMIT: Api = api!(OffsetCommitRequest, 2..=9, later(han
 pub(super) const OFFSET_FETCH: Api = api!(OffsetFetchRequest, 1..=9, ready(handle_offset_fetch));
 pub(super) const LIST_GROUPS: Api = api!(ListGroupsRequest, 0..=5, ready(handle_list_groups));
 pub(super) const DESCRIBE_GROUPS: Api =
-    api!(DescribeGroupsRequest, 0..=5, ready(handle_describe_groups));
-pub(super) const DELETE_GROUPS: Api = api!(DeleteGroupsRequest, 0..=2, ready(handle_delete_groups));
+    api!(DescribeGroupsRequest, 0..=6, ready(handle_describe_groups));
+pub(super) const DELETE_GROUPS: Api = api!(DeleteGroupsRequest, 0..=3, ready(handle_delete_groups));
 pub(super) const OFFSET_DELETE: Api = api!(
     OffsetDeleteRequest,
     0..=0,
@@ -191,7 +191,7 @@ fn handle_delete_groups(
     cx: &Ctx<'_>,
 ) -> DeleteGroupsResponse {
     let (r, denied) = authorize_delete_groups(b, cx, r);
-    let mut resp = delete_groups(b, r);
+    let mut resp = delete_groups(b, r, cx.version);
     resp.results.extend(denied);
     resp
 }
@@ -855,10 +855,27 @@ pub(super) fn describe_groups(
         .groups
         .into_iter()
         .map(|id| match broker.coordinator.describe(id.as_str()) {
-            None => DescribedGroup::default()
-                .with_group_id(id)
-                .with_group_state(StrBytes::from_static_str("Dead")),
-            Some(d) => {
+            // KIP-1043: from v6 a group DescribeGroups cannot describe is
+            // GROUP_ID_NOT_FOUND with Kafka's message; before, a "Dead" group
+            // without an error.
+            Err(missing) => {
+                let dead =
+                    DescribedGroup::default().with_group_state(StrBytes::from_static_str("Dead"));
+                let dead = if version >= 6 {
+                    let message = match missing {
+                        NotDescribed::NotFound => format!("Group {} not found.", id.as_str()),
+                        NotDescribed::NotClassic => {
+                            format!("Group {} is not a classic group.", id.as_str())
+                        }
+                    };
+                    dead.with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(StrBytes::from_string(message)))
+                } else {
+                    dead
+                };
+                dead.with_group_id(id)
+            }
+            Ok(d) => {
                 let members = d
                     .members
                     .into_iter()
@@ -888,15 +905,25 @@ pub(super) fn describe_groups(
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub(super) fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+/// From v3 a group that could not be deleted says why (`ErrorMessage`).
+pub(super) fn delete_groups(
+    broker: &Broker,
+    req: DeleteGroupsRequest,
+    version: i16,
+) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
         .map(|g| {
             let r = broker.coordinator.delete_group(g.as_str());
-            DeletableGroupResult::default()
-                .with_group_id(g)
-                .with_error_code(code_of(&r))
+            let result = DeletableGroupResult::default().with_error_code(code_of(&r));
+            let result = match &r {
+                Err(e) if version >= 3 => {
+                    result.with_error_message(Some(StrBytes::from_string(e.to_string())))
+                }
+                _ => result,
+            };
+            result.with_group_id(g)
         })
         .collect();
     DeleteGroupsResponse::default().with_results(results)
