@@ -12,6 +12,80 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
+async fn cluster_and_node(raw: &mut Raw) -> (String, i32) {
+    let d: DescribeClusterResponse = raw
+        .call(
+            ApiKey::DescribeCluster,
+            1,
+            &DescribeClusterRequest::default(),
+        )
+        .await;
+    assert_eq!(d.error_code, 0);
+    let node = d.brokers[0].broker_id.0;
+    (d.cluster_id.to_string(), node)
+}
+
+fn advertised(resp: &ApiVersionsResponse, key: ApiKey) -> (i16, i16) {
+    let e = resp
+        .api_keys
+        .iter()
+        .find(|a| a.api_key == key as i16)
+        .unwrap_or_else(|| panic!("{key:?} advertised"));
+    (e.min_version, e.max_version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_v5_sends_a_client_that_names_another_cluster_or_node_to_rebootstrap() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let (cluster, node) = cluster_and_node(&mut raw).await;
+    let ask = |cluster: Option<&str>, node: i32| {
+        ApiVersionsRequest::default()
+            .with_client_software_name(s("strata-it"))
+            .with_client_software_version(s("1.0"))
+            .with_cluster_id(cluster.map(s))
+            .with_node_id(node)
+    };
+
+    // Not naming a cluster (a bootstrap connection): the list.
+    let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &ask(None, -1)).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(advertised(&r, ApiKey::ApiVersions), (0, 5));
+    assert_eq!(advertised(&r, ApiKey::DescribeGroups), (0, 6));
+    assert_eq!(advertised(&r, ApiKey::DeleteGroups), (0, 3));
+    assert_eq!(advertised(&r, ApiKey::DescribeCluster), (0, 2));
+    assert_eq!(advertised(&r, ApiKey::DescribeLogDirs), (1, 5));
+
+    // Naming this cluster and this node: the list.
+    let r: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 5, &ask(Some(&cluster), node))
+        .await;
+    assert_eq!(r.error_code, 0);
+    assert!(!r.api_keys.is_empty());
+
+    // Another cluster, or another node of this one: start over.
+    for (c, n) in [("another-cluster", node), (cluster.as_str(), node + 1)] {
+        let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &ask(Some(c), n)).await;
+        assert_eq!(
+            r.error_code,
+            ResponseError::RebootstrapRequired.code(),
+            "{c} {n}"
+        );
+        assert!(r.api_keys.is_empty());
+    }
+
+    // One without the other is malformed.
+    for req in [ask(Some(&cluster), -1), ask(None, node)] {
+        let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &req).await;
+        assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    }
+
+    // v4 has no such fields: a wrong guess cannot be sent, the list comes.
+    let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 4, &ask(None, -1)).await;
+    assert_eq!(r.error_code, 0);
+    assert!(!r.api_keys.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_groups_v6_answers_group_id_not_found_for_a_group_that_does_not_exist() {
     let broker = InProcess::start(&[]).await;
@@ -52,4 +126,38 @@ async fn delete_groups_v3_says_why_a_group_was_not_deleted() {
     assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
     let message = r.error_message.as_deref().expect("v3 says why");
     assert!(message.contains("does not exist"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_cluster_v2_and_describe_log_dirs_v5_show_no_fenced_broker_and_no_cordoned_dir() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let (cluster, node) = cluster_and_node(&mut raw).await;
+
+    for include_fenced in [false, true] {
+        let req = DescribeClusterRequest::default()
+            .with_endpoint_type(1)
+            .with_include_fenced_brokers(include_fenced);
+        let r: DescribeClusterResponse = raw.call(ApiKey::DescribeCluster, 2, &req).await;
+        assert_eq!(r.error_code, 0);
+        assert_eq!(r.cluster_id.as_str(), cluster);
+        assert_eq!(r.brokers.len(), 1);
+        assert_eq!(r.brokers[0].broker_id.0, node);
+        assert!(!r.brokers[0].is_fenced);
+    }
+
+    let r: DescribeLogDirsResponse = raw
+        .call(
+            ApiKey::DescribeLogDirs,
+            5,
+            &DescribeLogDirsRequest::default(),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    // The data directory and the object store.
+    assert_eq!(r.results.len(), 2);
+    for dir in &r.results {
+        assert_eq!(dir.error_code, 0);
+        assert!(!dir.is_cordoned, "{:?}", dir.log_dir);
+    }
 }
