@@ -55,6 +55,9 @@ async fn api_versions_v5_sends_a_client_that_names_another_cluster_or_node_to_re
     assert_eq!(advertised(&r, ApiKey::DeleteGroups), (0, 3));
     assert_eq!(advertised(&r, ApiKey::DescribeCluster), (0, 2));
     assert_eq!(advertised(&r, ApiKey::DescribeLogDirs), (1, 5));
+    assert_eq!(advertised(&r, ApiKey::ListOffsets), (1, 11));
+    assert_eq!(advertised(&r, ApiKey::OffsetCommit), (2, 10));
+    assert_eq!(advertised(&r, ApiKey::OffsetFetch), (1, 10));
 
     // Naming this cluster and this node: the list.
     let r: ApiVersionsResponse = raw
@@ -160,4 +163,113 @@ async fn describe_cluster_v2_and_describe_log_dirs_v5_show_no_fenced_broker_and_
         assert_eq!(dir.error_code, 0);
         assert!(!dir.is_cordoned, "{:?}", dir.log_dir);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_commit_and_fetch_v10_name_topics_by_id() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let created = raw.create_topic("by-id", 2, &[]).await;
+    assert_eq!(created.error_code, 0);
+    let id = created.topic_id;
+    let nobody = uuid::Uuid::new_v4();
+
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(s("g10").into())
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_committed_offset(7),
+                ]),
+            OffsetCommitRequestTopic::default()
+                .with_topic_id(nobody)
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)]),
+        ]);
+    let r: OffsetCommitResponse = raw.call(ApiKey::OffsetCommit, 10, &commit).await;
+    let mut answers: Vec<_> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.topic_id, p.partition_index, p.error_code))
+        })
+        .collect();
+    answers.sort();
+    let mut expected = vec![
+        (id, 0, 0),
+        (id, 1, 0),
+        (nobody, 0, ResponseError::UnknownTopicId.code()),
+    ];
+    expected.sort();
+    assert_eq!(answers, expected);
+
+    // By id, asked for and all of the group's.
+    let fetch = |topics: Option<Vec<OffsetFetchRequestTopics>>| {
+        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(s("g10").into())
+            .with_topics(topics)])
+    };
+    let asked = fetch(Some(vec![
+        OffsetFetchRequestTopics::default()
+            .with_topic_id(id)
+            .with_partition_indexes(vec![0, 1]),
+        OffsetFetchRequestTopics::default()
+            .with_topic_id(nobody)
+            .with_partition_indexes(vec![0]),
+    ]));
+    for req in [asked, fetch(None)] {
+        let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 10, &req).await;
+        let g = &r.groups[0];
+        assert_eq!(g.error_code, 0);
+        let mut got: Vec<_> = g
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    (
+                        t.topic_id,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.error_code,
+                    )
+                })
+            })
+            .collect();
+        got.sort();
+        let mut want = vec![(id, 0, 42, 0), (id, 1, 7, 0)];
+        if req.groups[0].topics.is_some() {
+            want.push((nobody, 0, -1, ResponseError::UnknownTopicId.code()));
+        }
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    // The same offsets by name, at v7.
+    let by_name = OffsetFetchRequest::default()
+        .with_group_id(s("g10").into())
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(s("by-id").into())
+            .with_partition_indexes(vec![0, 1])]));
+    let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &by_name).await;
+    let offsets: Vec<_> = r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.committed_offset))
+        .collect();
+    assert_eq!(offsets, vec![(0, 42), (1, 7)]);
 }
