@@ -35,7 +35,7 @@ use crate::coordinator::group::JoinParams;
 use crate::coordinator::records::OffsetValue;
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
-use crate::coordinator::{Committer, CoordinatorError, OffsetCommit, TopicOffsets};
+use crate::coordinator::{Committer, CoordinatorError, NotDescribed, OffsetCommit, TopicOffsets};
 
 pub(super) const FIND_COORDINATOR: Api = api!(
     FindCoordinatorRequest,
@@ -79,12 +79,13 @@ pub(super) const LEAVE_GROUP: Api = api!(
         LeaveGroupResponse::default().with_error_code(GROUP_DENIED)
     })
 );
-pub(super) const OFFSET_COMMIT: Api = api!(OffsetCommitRequest, 2..=9, later(handle_offset_commit));
-pub(super) const OFFSET_FETCH: Api = api!(OffsetFetchRequest, 1..=9, ready(handle_offset_fetch));
+pub(super) const OFFSET_COMMIT: Api =
+    api!(OffsetCommitRequest, 2..=10, later(handle_offset_commit));
+pub(super) const OFFSET_FETCH: Api = api!(OffsetFetchRequest, 1..=10, ready(handle_offset_fetch));
 pub(super) const LIST_GROUPS: Api = api!(ListGroupsRequest, 0..=5, ready(handle_list_groups));
 pub(super) const DESCRIBE_GROUPS: Api =
-    api!(DescribeGroupsRequest, 0..=5, ready(handle_describe_groups));
-pub(super) const DELETE_GROUPS: Api = api!(DeleteGroupsRequest, 0..=2, ready(handle_delete_groups));
+    api!(DescribeGroupsRequest, 0..=6, ready(handle_describe_groups));
+pub(super) const DELETE_GROUPS: Api = api!(DeleteGroupsRequest, 0..=3, ready(handle_delete_groups));
 pub(super) const OFFSET_DELETE: Api = api!(
     OffsetDeleteRequest,
     0..=0,
@@ -143,29 +144,128 @@ fn handle_find_coordinator(
     resp
 }
 
+/// OffsetCommit and OffsetFetch v10 name topics by id only (KIP-848). The
+/// coordinator keeps offsets by topic name, as Kafka's does, so ids are
+/// resolved to names here, before authorization (which is by name), and the
+/// answer names each topic by id again; an id no topic has is
+/// UNKNOWN_TOPIC_ID for each of its partitions, as in Kafka.
+fn topic_name_by_id(b: &Broker, id: uuid::Uuid) -> Option<TopicName> {
+    b.catalog.topic_by_id(id).map(|t| TopicName(s(t.name())))
+}
+
+fn topic_id_by_name(b: &Broker, name: &str) -> uuid::Uuid {
+    b.catalog.topic(name).map_or(uuid::Uuid::nil(), |t| t.id())
+}
+
 fn handle_offset_commit(
     b: &Arc<Broker>,
-    r: OffsetCommitRequest,
+    mut r: OffsetCommitRequest,
     cx: &Ctx<'_>,
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
+    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    let by_id = cx.version >= 10;
+    let mut unknown = Vec::new();
+    let mut ids = std::collections::HashMap::new();
+    if by_id {
+        for mut t in std::mem::take(&mut r.topics) {
+            match topic_name_by_id(b, t.topic_id) {
+                Some(name) => {
+                    ids.insert(name.to_string(), t.topic_id);
+                    t.name = name;
+                    r.topics.push(t);
+                }
+                None => unknown.push(
+                    OffsetCommitResponseTopic::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    OffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(ResponseError::UnknownTopicId.code())
+                                })
+                                .collect(),
+                        ),
+                ),
+            }
+        }
+    }
     let (r, denied) = authorize_offset_commit(b, cx, r);
     let pending = offset_commit(b.clone(), r, cx.version);
     async move {
         let mut resp = pending.await;
         resp.topics.extend(denied);
+        if by_id {
+            for t in &mut resp.topics {
+                t.topic_id = ids.get(t.name.as_str()).copied().unwrap_or_default();
+            }
+        }
+        resp.topics.extend(unknown);
         resp
     }
 }
 
 fn handle_offset_fetch(
     b: &Arc<Broker>,
-    r: OffsetFetchRequest,
+    mut r: OffsetFetchRequest,
     cx: &Ctx<'_>,
 ) -> OffsetFetchResponse {
+    let by_id = cx.version >= 10;
+    // Per group (in request order), the topics whose ids name no topic.
+    let mut unknown: Vec<Vec<OffsetFetchResponseTopics>> = Vec::new();
+    if by_id {
+        for g in &mut r.groups {
+            let mut missing = Vec::new();
+            if let Some(topics) = &mut g.topics {
+                topics.retain_mut(|t| match topic_name_by_id(b, t.topic_id) {
+                    Some(name) => {
+                        t.name = name;
+                        true
+                    }
+                    None => {
+                        missing.push(unknown_topic_id(t.topic_id, &t.partition_indexes));
+                        false
+                    }
+                });
+            }
+            unknown.push(missing);
+        }
+    }
     let group = r.group_id.to_string();
     let mut resp = offset_fetch(b, r, cx.version);
     filter_offset_fetch(b, cx, &mut resp, &group);
+    if by_id {
+        for (g, missing) in resp.groups.iter_mut().zip(unknown) {
+            for t in &mut g.topics {
+                t.topic_id = topic_id_by_name(b, t.name.as_str());
+            }
+            // A v10 client can only name a topic by id: offsets of a topic
+            // that no longer exists (no id) are not listed.
+            g.topics.retain(|t| !t.topic_id.is_nil());
+            if g.error_code == 0 {
+                g.topics.extend(missing);
+            }
+        }
+    }
     resp
+}
+
+fn unknown_topic_id(id: uuid::Uuid, partitions: &[i32]) -> OffsetFetchResponseTopics {
+    OffsetFetchResponseTopics::default()
+        .with_topic_id(id)
+        .with_partitions(
+            partitions
+                .iter()
+                .map(|p| {
+                    OffsetFetchResponsePartitions::default()
+                        .with_partition_index(*p)
+                        .with_committed_offset(-1)
+                        .with_committed_leader_epoch(-1)
+                        .with_error_code(ResponseError::UnknownTopicId.code())
+                })
+                .collect(),
+        )
 }
 
 fn handle_list_groups(b: &Arc<Broker>, r: ListGroupsRequest, cx: &Ctx<'_>) -> ListGroupsResponse {
@@ -191,7 +291,7 @@ fn handle_delete_groups(
     cx: &Ctx<'_>,
 ) -> DeleteGroupsResponse {
     let (r, denied) = authorize_delete_groups(b, cx, r);
-    let mut resp = delete_groups(b, r);
+    let mut resp = delete_groups(b, r, cx.version);
     resp.results.extend(denied);
     resp
 }
@@ -855,10 +955,27 @@ pub(super) fn describe_groups(
         .groups
         .into_iter()
         .map(|id| match broker.coordinator.describe(id.as_str()) {
-            None => DescribedGroup::default()
-                .with_group_id(id)
-                .with_group_state(StrBytes::from_static_str("Dead")),
-            Some(d) => {
+            // KIP-1043: from v6 a group DescribeGroups cannot describe is
+            // GROUP_ID_NOT_FOUND with Kafka's message; before, a "Dead" group
+            // without an error.
+            Err(missing) => {
+                let dead =
+                    DescribedGroup::default().with_group_state(StrBytes::from_static_str("Dead"));
+                let dead = if version >= 6 {
+                    let message = match missing {
+                        NotDescribed::NotFound => format!("Group {} not found.", id.as_str()),
+                        NotDescribed::NotClassic => {
+                            format!("Group {} is not a classic group.", id.as_str())
+                        }
+                    };
+                    dead.with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(StrBytes::from_string(message)))
+                } else {
+                    dead
+                };
+                dead.with_group_id(id)
+            }
+            Ok(d) => {
                 let members = d
                     .members
                     .into_iter()
@@ -888,15 +1005,25 @@ pub(super) fn describe_groups(
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub(super) fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+/// From v3 a group that could not be deleted says why (`ErrorMessage`).
+pub(super) fn delete_groups(
+    broker: &Broker,
+    req: DeleteGroupsRequest,
+    version: i16,
+) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
         .map(|g| {
             let r = broker.coordinator.delete_group(g.as_str());
-            DeletableGroupResult::default()
-                .with_group_id(g)
-                .with_error_code(code_of(&r))
+            let result = DeletableGroupResult::default().with_error_code(code_of(&r));
+            let result = match &r {
+                Err(e) if version >= 3 => {
+                    result.with_error_message(Some(StrBytes::from_string(e.to_string())))
+                }
+                _ => result,
+            };
+            result.with_group_id(g)
         })
         .collect();
     DeleteGroupsResponse::default().with_results(results)

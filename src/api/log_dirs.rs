@@ -7,7 +7,9 @@
 //! released) and the disk's total and usable bytes; and the object store,
 //! named by its URL, with each partition's tiered segments (its total and
 //! usable bytes are unknown: -1). Tools that sum a broker's log dirs (`kafka-log-dirs.sh`,
-//! rebalancers) thus see both, and can tell them apart by name.
+//! rebalancers) thus see both, and can tell them apart by name. v5 adds
+//! `IsCordoned` (a cordoned directory takes no new partitions); neither
+//! place here can be cordoned, so it is always false.
 //!
 //! AlterReplicaLogDirs: Kafka moves a replica between the log directories
 //! of one broker. Here a partition is always in both of its places, and
@@ -44,7 +46,7 @@ use crate::catalog::Topic;
 
 pub(super) const DESCRIBE_LOG_DIRS: Api = api!(
     DescribeLogDirsRequest,
-    1..=4,
+    1..=5,
     ready(|b, r, _| describe_log_dirs(b, r)),
     acl(Operation::Describe, Resource::Cluster, |_| {
         DescribeLogDirsResponse::default().with_error_code(CLUSTER_DENIED)

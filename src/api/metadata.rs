@@ -11,6 +11,13 @@
 //! of 3 expects to see, each of which could take the partition over. A
 //! factor above the live brokers shows as fewer replicas, as Kafka shows a
 //! replica on a broker that is gone as missing from the ISR.
+//!
+//! DescribeCluster v2 (KIP-1073) lets an admin ask for fenced brokers too
+//! (`IncludeFencedBrokers`) and marks each broker `IsFenced`. Kafka keeps a
+//! registered broker that stopped heartbeating, fenced, until it is
+//! unregistered; here a broker is known only while its membership lease is
+//! alive, and one that loses it is gone from the view at once. So every
+//! broker listed is unfenced, and asking for fenced ones adds none.
 
 use std::sync::Arc;
 
@@ -38,7 +45,7 @@ use crate::catalog::{validate_topic_name, Topic, DEFAULT_REPLICATION_FACTOR};
 pub(super) const METADATA: Api = api!(MetadataRequest, 0..=13, ready(handle_metadata));
 pub(super) const DESCRIBE_CLUSTER: Api = api!(
     DescribeClusterRequest,
-    0..=1,
+    0..=2,
     ready(|b, r, cx| describe_cluster(b, r, cx.version, cx.listener)),
     acl(Operation::Describe, Resource::Cluster, |_| {
         DescribeClusterResponse::default().with_error_code(CLUSTER_DENIED)
@@ -227,7 +234,7 @@ pub(super) fn brokers(broker: &Broker, listener: Option<&str>) -> Vec<(i32, Stri
     }
 }
 
-fn cluster_id(broker: &Broker) -> String {
+pub(super) fn cluster_id(broker: &Broker) -> String {
     match &broker.cluster {
         None => broker.catalog.cluster_id().to_string(),
         Some(c) => c.cluster_id().to_string(),

@@ -1,5 +1,15 @@
-//! ListOffsets (earliest, earliest local, latest, latest tiered, max
-//! timestamp, by timestamp), OffsetForLeaderEpoch and DeleteRecords.
+//! ListOffsets (earliest, earliest local, latest, latest tiered, earliest
+//! pending upload, max timestamp, by timestamp), OffsetForLeaderEpoch and
+//! DeleteRecords.
+//!
+//! The special timestamps are Kafka's; -5 (KIP-1005) is taken from v9 and
+//! -6 (KIP-1023) from v11, the versions that define them. -6 is the first
+//! offset not yet in the object store (KIP-1023: where a new replica may
+//! start fetching, everything below being in remote storage). A partition always has a tiered
+//! part here, so -6 is answered as Kafka answers it for a topic with remote
+//! storage: one past the last tiered offset (never below the log start);
+//! the log start while nothing is tiered and nothing was released locally
+//! either; otherwise, and for a partition without a tiered part, -1.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,7 +38,7 @@ use super::Broker;
 use crate::access::acl::Operation;
 use crate::log::{LogError, Partition};
 
-pub(super) const LIST_OFFSETS: Api = api!(ListOffsetsRequest, 1..=10, later(handle_list_offsets));
+pub(super) const LIST_OFFSETS: Api = api!(ListOffsetsRequest, 1..=11, later(handle_list_offsets));
 pub(super) const DELETE_RECORDS: Api =
     api!(DeleteRecordsRequest, 0..=2, ready(handle_delete_records));
 pub(super) const OFFSET_FOR_LEADER_EPOCH: Api = api!(
@@ -194,6 +204,16 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
+const EARLIEST_PENDING_UPLOAD: i64 = -6;
+
+/// The lowest special timestamp a ListOffsets version defines.
+fn lowest_spec(version: i16) -> i64 {
+    match version {
+        ..=8 => EARLIEST_LOCAL,
+        9 | 10 => LATEST_TIERED,
+        _ => EARLIEST_PENDING_UPLOAD,
+    }
+}
 
 /// Async because timestamp lookups may read tiered segments from the store.
 pub(super) async fn list_offsets(
@@ -219,8 +239,8 @@ pub(super) async fn list_offsets(
                     continue;
                 }
             };
-            if p.timestamp < LATEST_TIERED || (p.timestamp == LATEST_TIERED && version < 9) {
-                // Specs below -5, and -5 before v9, are not defined.
+            if p.timestamp < lowest_spec(version) {
+                // Specs below those the version defines are not defined.
                 partitions.push(resp.with_error_code(ResponseError::InvalidRequest.code()));
                 continue;
             }
@@ -283,9 +303,23 @@ fn fixed(partition: &Partition, spec: i64) -> Result<Option<(i64, i64)>, LogErro
             partition.tiered_end_offset().map_or(-1, |end| end - 1),
             -1,
         ))),
+        EARLIEST_PENDING_UPLOAD => Ok(earliest_pending_upload(partition).map(|o| (o, -1))),
         other => Err(LogError::InvalidRecord(format!(
             "unknown offset spec {other}"
         ))),
+    }
+}
+
+/// Kafka's `UnifiedLog.fetchEarliestPendingUploadOffset` (see the module
+/// doc); `None` is its -1 answer.
+fn earliest_pending_upload(partition: &Partition) -> Option<i64> {
+    if !partition.is_tiered() {
+        return None;
+    }
+    let log_start = partition.log_start_offset();
+    match partition.tiered_end_offset() {
+        Some(end) => Some(end.max(log_start)),
+        None => (partition.local_start_offset() == log_start).then_some(log_start),
     }
 }
 

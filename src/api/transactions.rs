@@ -555,7 +555,11 @@ pub(super) async fn txn_offset_commit(
             String::new()
         },
         instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
-        generation: if version >= 3 { req.generation_id } else { -1 },
+        generation: if version >= 3 {
+            req.generation_id_or_member_epoch
+        } else {
+            -1
+        },
         version,
     };
     let offsets: Vec<OffsetCommit> = req

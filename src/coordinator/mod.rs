@@ -178,6 +178,14 @@ pub(crate) struct MemberDescription {
     pub assignment: Bytes,
 }
 
+/// Why DescribeGroups has nothing to describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotDescribed {
+    NotFound,
+    /// A consumer-protocol (KIP-848) group.
+    NotClassic,
+}
+
 pub(crate) struct GroupDescription {
     pub state: &'static str,
     pub protocol_type: String,
@@ -945,12 +953,15 @@ impl GroupCoordinator {
 
     /// DescribeGroups: classic groups only (consumer groups are described
     /// by ConsumerGroupDescribe, as in Kafka).
-    pub(crate) fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+    pub(crate) fn describe(&self, group_id: &str) -> Result<GroupDescription, NotDescribed> {
         let groups = self.groups.lock();
-        let g = groups.get(group_id).filter(|g| g.consumer.is_none())?;
+        let g = groups.get(group_id).ok_or(NotDescribed::NotFound)?;
+        if g.consumer.is_some() {
+            return Err(NotDescribed::NotClassic);
+        }
         let protocol = g.protocol.clone().unwrap_or_default();
         let stable = g.state == GroupState::Stable;
-        Some(GroupDescription {
+        Ok(GroupDescription {
             state: g.state.name(),
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
             protocol: protocol.clone(),

@@ -1175,6 +1175,12 @@ impl Partition {
         Ok(true)
     }
 
+    /// Whether the partition has a tiered part at all (Kafka's "remote log
+    /// enabled"); the server always gives it one, some tests do not.
+    pub fn is_tiered(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// One past the last offset held in the object store, if any is.
     pub fn tiered_end_offset(&self) -> Option<i64> {
         self.remote.as_ref().and_then(|r| r.end_offset())

@@ -35,6 +35,7 @@ mod crash_recovery;
 mod fetch_sessions;
 mod group_protocol;
 mod inter_broker;
+mod kafka44_versions;
 mod leader_epochs;
 mod metrics;
 mod replicas_and_log_dirs;

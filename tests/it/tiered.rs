@@ -653,3 +653,67 @@ async fn idempotent_producer_goes_on_after_a_wiped_data_dir() {
     check_all(&consume(&bootstrap, "idem", 0, 82), 0);
     server.shutdown().await.unwrap();
 }
+
+/// ListOffsets with a special timestamp; (error code, offset).
+async fn list_offset(raw: &mut Raw, topic: &str, spec: i64, version: i16) -> (i16, i64) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse};
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(common::topic_name(topic))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(spec)])]);
+    let resp: ListOffsetsResponse = raw.call(ApiKey::ListOffsets, version, &req).await;
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_offsets_v11_earliest_pending_upload_is_the_first_offset_not_yet_in_the_store() {
+    const EARLIEST_PENDING_UPLOAD: i64 = -6;
+    let data = tempfile::tempdir().unwrap();
+    let server = start(data.path(), Arc::new(InMemory::new()), &[]).await;
+    let bootstrap = server.local_addr().to_string();
+    create_topic(&bootstrap, "pending", SEGMENT_CONFIG).await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+
+    // Nothing tiered and nothing released: the log start.
+    assert_eq!(
+        list_offset(&mut raw, "pending", EARLIEST_PENDING_UPLOAD, 11).await,
+        (0, 0)
+    );
+    // v10 does not define -6.
+    assert_eq!(
+        list_offset(&mut raw, "pending", EARLIEST_PENDING_UPLOAD, 10)
+            .await
+            .0,
+        ResponseError::InvalidRequest.code()
+    );
+
+    // Once the store holds everything, one past its last offset; on the
+    // way there, never past what the store holds.
+    produce(&bootstrap, "pending", 0..1000).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (code, pending) = list_offset(&mut raw, "pending", EARLIEST_PENDING_UPLOAD, 11).await;
+        // Read after the answer: the store holds at least what it said.
+        let tiered = server
+            .tier()
+            .manifest_of("pending", 0)
+            .and_then(|m| m.end_offset())
+            .unwrap_or(0);
+        assert_eq!(code, 0);
+        assert!((0..=1000).contains(&pending), "{pending}");
+        if pending == 1000 {
+            assert_eq!(tiered, 1000);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pending upload stayed at {pending} (store has {tiered})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,275 @@
+//! The versions Kafka 4.4 added, over the raw protocol: each test sends the
+//! new version and checks what it changes, next to the version before it.
+
+use crate::common;
+
+use common::{InProcess, Raw};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+async fn cluster_and_node(raw: &mut Raw) -> (String, i32) {
+    let d: DescribeClusterResponse = raw
+        .call(
+            ApiKey::DescribeCluster,
+            1,
+            &DescribeClusterRequest::default(),
+        )
+        .await;
+    assert_eq!(d.error_code, 0);
+    let node = d.brokers[0].broker_id.0;
+    (d.cluster_id.to_string(), node)
+}
+
+fn advertised(resp: &ApiVersionsResponse, key: ApiKey) -> (i16, i16) {
+    let e = resp
+        .api_keys
+        .iter()
+        .find(|a| a.api_key == key as i16)
+        .unwrap_or_else(|| panic!("{key:?} advertised"));
+    (e.min_version, e.max_version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_v5_sends_a_client_that_names_another_cluster_or_node_to_rebootstrap() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let (cluster, node) = cluster_and_node(&mut raw).await;
+    let ask = |cluster: Option<&str>, node: i32| {
+        ApiVersionsRequest::default()
+            .with_client_software_name(s("strata-it"))
+            .with_client_software_version(s("1.0"))
+            .with_cluster_id(cluster.map(s))
+            .with_node_id(node)
+    };
+
+    // Not naming a cluster (a bootstrap connection): the list.
+    let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &ask(None, -1)).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(advertised(&r, ApiKey::ApiVersions), (0, 5));
+    assert_eq!(advertised(&r, ApiKey::DescribeGroups), (0, 6));
+    assert_eq!(advertised(&r, ApiKey::DeleteGroups), (0, 3));
+    assert_eq!(advertised(&r, ApiKey::DescribeCluster), (0, 2));
+    assert_eq!(advertised(&r, ApiKey::DescribeLogDirs), (1, 5));
+    assert_eq!(advertised(&r, ApiKey::ListOffsets), (1, 11));
+    assert_eq!(advertised(&r, ApiKey::OffsetCommit), (2, 10));
+    assert_eq!(advertised(&r, ApiKey::OffsetFetch), (1, 10));
+
+    // Naming this cluster and this node: the list.
+    let r: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 5, &ask(Some(&cluster), node))
+        .await;
+    assert_eq!(r.error_code, 0);
+    assert!(!r.api_keys.is_empty());
+
+    // Another cluster, or another node of this one: start over.
+    for (c, n) in [("another-cluster", node), (cluster.as_str(), node + 1)] {
+        let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &ask(Some(c), n)).await;
+        assert_eq!(
+            r.error_code,
+            ResponseError::RebootstrapRequired.code(),
+            "{c} {n}"
+        );
+        assert!(r.api_keys.is_empty());
+    }
+
+    // One without the other is malformed.
+    for req in [ask(Some(&cluster), -1), ask(None, node)] {
+        let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 5, &req).await;
+        assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    }
+
+    // v4 has no such fields: a wrong guess cannot be sent, the list comes.
+    let r: ApiVersionsResponse = raw.call(ApiKey::ApiVersions, 4, &ask(None, -1)).await;
+    assert_eq!(r.error_code, 0);
+    assert!(!r.api_keys.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_groups_v6_answers_group_id_not_found_for_a_group_that_does_not_exist() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let req = DescribeGroupsRequest::default().with_groups(vec![s("nobody-here").into()]);
+
+    let v5: DescribeGroupsResponse = raw.call(ApiKey::DescribeGroups, 5, &req).await;
+    let g = &v5.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str()), (0, "Dead"));
+
+    let v6: DescribeGroupsResponse = raw.call(ApiKey::DescribeGroups, 6, &req).await;
+    let g = &v6.groups[0];
+    assert_eq!(g.group_id.as_str(), "nobody-here");
+    assert_eq!(g.error_code, ResponseError::GroupIdNotFound.code());
+    assert_eq!(g.group_state.as_str(), "Dead");
+    assert_eq!(
+        g.error_message.as_deref(),
+        Some("Group nobody-here not found.")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_groups_v3_says_why_a_group_was_not_deleted() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let req = DeleteGroupsRequest::default().with_groups_names(vec![s("never-was").into()]);
+
+    let v2: DeleteGroupsResponse = raw.call(ApiKey::DeleteGroups, 2, &req).await;
+    assert_eq!(
+        v2.results[0].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+    assert_eq!(v2.results[0].error_message, None);
+
+    let v3: DeleteGroupsResponse = raw.call(ApiKey::DeleteGroups, 3, &req).await;
+    let r = &v3.results[0];
+    assert_eq!(r.group_id.as_str(), "never-was");
+    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+    let message = r.error_message.as_deref().expect("v3 says why");
+    assert!(message.contains("does not exist"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_cluster_v2_and_describe_log_dirs_v5_show_no_fenced_broker_and_no_cordoned_dir() {
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let (cluster, node) = cluster_and_node(&mut raw).await;
+
+    for include_fenced in [false, true] {
+        let req = DescribeClusterRequest::default()
+            .with_endpoint_type(1)
+            .with_include_fenced_brokers(include_fenced);
+        let r: DescribeClusterResponse = raw.call(ApiKey::DescribeCluster, 2, &req).await;
+        assert_eq!(r.error_code, 0);
+        assert_eq!(r.cluster_id.as_str(), cluster);
+        assert_eq!(r.brokers.len(), 1);
+        assert_eq!(r.brokers[0].broker_id.0, node);
+        assert!(!r.brokers[0].is_fenced);
+    }
+
+    let r: DescribeLogDirsResponse = raw
+        .call(
+            ApiKey::DescribeLogDirs,
+            5,
+            &DescribeLogDirsRequest::default(),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    // The data directory and the object store.
+    assert_eq!(r.results.len(), 2);
+    for dir in &r.results {
+        assert_eq!(dir.error_code, 0);
+        assert!(!dir.is_cordoned, "{:?}", dir.log_dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_commit_and_fetch_v10_name_topics_by_id() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let created = raw.create_topic("by-id", 2, &[]).await;
+    assert_eq!(created.error_code, 0);
+    let id = created.topic_id;
+    let nobody = uuid::Uuid::new_v4();
+
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(s("g10").into())
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_committed_offset(7),
+                ]),
+            OffsetCommitRequestTopic::default()
+                .with_topic_id(nobody)
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(1)]),
+        ]);
+    let r: OffsetCommitResponse = raw.call(ApiKey::OffsetCommit, 10, &commit).await;
+    let mut answers: Vec<_> = r
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.topic_id, p.partition_index, p.error_code))
+        })
+        .collect();
+    answers.sort();
+    let mut expected = vec![
+        (id, 0, 0),
+        (id, 1, 0),
+        (nobody, 0, ResponseError::UnknownTopicId.code()),
+    ];
+    expected.sort();
+    assert_eq!(answers, expected);
+
+    // By id, asked for and all of the group's.
+    let fetch = |topics: Option<Vec<OffsetFetchRequestTopics>>| {
+        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(s("g10").into())
+            .with_topics(topics)])
+    };
+    let asked = fetch(Some(vec![
+        OffsetFetchRequestTopics::default()
+            .with_topic_id(id)
+            .with_partition_indexes(vec![0, 1]),
+        OffsetFetchRequestTopics::default()
+            .with_topic_id(nobody)
+            .with_partition_indexes(vec![0]),
+    ]));
+    for req in [asked, fetch(None)] {
+        let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 10, &req).await;
+        let g = &r.groups[0];
+        assert_eq!(g.error_code, 0);
+        let mut got: Vec<_> = g
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    (
+                        t.topic_id,
+                        p.partition_index,
+                        p.committed_offset,
+                        p.error_code,
+                    )
+                })
+            })
+            .collect();
+        got.sort();
+        let mut want = vec![(id, 0, 42, 0), (id, 1, 7, 0)];
+        if req.groups[0].topics.is_some() {
+            want.push((nobody, 0, -1, ResponseError::UnknownTopicId.code()));
+        }
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    // The same offsets by name, at v7.
+    let by_name = OffsetFetchRequest::default()
+        .with_group_id(s("g10").into())
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(s("by-id").into())
+            .with_partition_indexes(vec![0, 1])]));
+    let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &by_name).await;
+    let offsets: Vec<_> = r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.committed_offset))
+        .collect();
+    assert_eq!(offsets, vec![(0, 42), (1, 7)]);
+}
