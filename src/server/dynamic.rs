@@ -120,13 +120,15 @@ impl Runtime {
         };
         let overrides = match configs.get("max.connections.per.ip.overrides") {
             None => self.flags.overrides.clone(),
-            Some(v) => parse_ip_overrides(v)
-                .map_err(|e| {
-                    format!(
+            Some(v) => {
+                parse_ip_overrides(v)
+                    .map_err(|e| {
+                        format!(
                         "Invalid value {v} for configuration max.connections.per.ip.overrides: {e}"
                     )
-                })?
-                .0,
+                    })?
+                    .0
+            }
         };
         let quotas = Quotas {
             max: count("max.connections", self.flags.max)?,
