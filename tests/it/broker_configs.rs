@@ -528,3 +528,70 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
 fn certs_for(subject: &str) -> Certs {
     common::tls::certs_with_subject(subject)
 }
+
+/// Waits up to ten seconds for broker `node` at `addr` to describe `key` as `want`.
+async fn eventually(addr: std::net::SocketAddr, node: i32, key: &str, want: (Option<&str>, i8)) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut raw = Raw::connect(addr).await;
+        let got = described(&mut raw, &node.to_string(), key).await.unwrap();
+        if (got.0.as_deref(), got.1) == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{key} on broker {node}: {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_default_reaches_every_broker_and_a_brokers_own_stays_its_own() {
+    let Some(mut cluster) = common::cluster::Cluster::start(&[1, 2]).await else {
+        return;
+    };
+    let addr = |node: i32| -> std::net::SocketAddr {
+        format!("127.0.0.1:{}", cluster.port(node)).parse().unwrap()
+    };
+    let (one, two) = (addr(1), addr(2));
+    let mut raw = Raw::connect(one).await;
+    set(&mut raw, "", "max.connections", "5000").await;
+    // Broker 2 changes only its own layer, through itself.
+    let r = incremental(
+        &mut raw,
+        vec![("2", vec![op("max.connections", SET, Some("6000"))])],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, INVALID_REQUEST, "{}", r[0].1);
+    let mut raw2 = Raw::connect(two).await;
+    set(&mut raw2, "2", "max.connections", "6000").await;
+    eventually(
+        one,
+        1,
+        "max.connections",
+        (Some("5000"), SOURCE_DYNAMIC_DEFAULT),
+    )
+    .await;
+    eventually(two, 2, "max.connections", (Some("6000"), SOURCE_DYNAMIC)).await;
+    // Deleting broker 2's own lets the default through, after a restart too.
+    let r = incremental(
+        &mut raw2,
+        vec![("2", vec![op("max.connections", DELETE, None)])],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0, "{}", r[0].1);
+    set(&mut raw, "", "max.connections", "5001").await;
+    drop((raw, raw2));
+    cluster.stop(2);
+    cluster.start_broker(2);
+    eventually(
+        two,
+        2,
+        "max.connections",
+        (Some("5001"), SOURCE_DYNAMIC_DEFAULT),
+    )
+    .await;
+}
