@@ -49,11 +49,104 @@ pub(crate) trait Reconfigure: Send + Sync {
 /// An error code and message for one resource.
 pub(super) type Failure = (i16, String);
 
-/// The dynamic configs settable at either level (Kafka's "cluster-wide").
-const CLUSTER_WIDE: &[(&str, ConfigType)] = &[
-    ("max.connections", ConfigType::Int),
-    ("max.connections.per.ip", ConfigType::Int),
-    ("max.connections.per.ip.overrides", ConfigType::String),
+/// A dynamic config outside the listener prefix: its name, Kafka's type,
+/// whether only a broker's own layer may hold it (Kafka's "per-broker"
+/// update mode), and the range Kafka's validator allows a number.
+struct Dynamic {
+    name: &'static str,
+    kind: ConfigType,
+    per_broker: bool,
+    range: Option<(f64, f64)>,
+}
+
+const fn dynamic_config(
+    name: &'static str,
+    kind: ConfigType,
+    per_broker: bool,
+    range: Option<(f64, f64)>,
+) -> Dynamic {
+    Dynamic {
+        name,
+        kind,
+        per_broker,
+        range,
+    }
+}
+
+/// The connection limits (cluster-wide; they take effect), then Kafka's
+/// per-broker Kerberos and SASL login refresh configs. Strata has neither
+/// GSSAPI nor OAUTHBEARER, so those are kept and described but change
+/// nothing, exactly as on a Kafka broker without those mechanisms enabled
+/// (librdkafka's admin tests alter `sasl.kerberos.min.time.before.relogin`).
+const DYNAMIC: &[Dynamic] = &[
+    dynamic_config(
+        "max.connections",
+        ConfigType::Int,
+        false,
+        Some((0.0, 2147483647.0)),
+    ),
+    dynamic_config(
+        "max.connections.per.ip",
+        ConfigType::Int,
+        false,
+        Some((0.0, 2147483647.0)),
+    ),
+    dynamic_config(
+        "max.connections.per.ip.overrides",
+        ConfigType::String,
+        false,
+        None,
+    ),
+    dynamic_config("sasl.kerberos.service.name", ConfigType::String, true, None),
+    dynamic_config("sasl.kerberos.kinit.cmd", ConfigType::String, true, None),
+    dynamic_config(
+        "sasl.kerberos.ticket.renew.window.factor",
+        ConfigType::Double,
+        true,
+        None,
+    ),
+    dynamic_config(
+        "sasl.kerberos.ticket.renew.jitter",
+        ConfigType::Double,
+        true,
+        None,
+    ),
+    dynamic_config(
+        "sasl.kerberos.min.time.before.relogin",
+        ConfigType::Long,
+        true,
+        None,
+    ),
+    dynamic_config(
+        "sasl.kerberos.principal.to.local.rules",
+        ConfigType::List,
+        true,
+        None,
+    ),
+    dynamic_config(
+        "sasl.login.refresh.window.factor",
+        ConfigType::Double,
+        true,
+        Some((0.5, 1.0)),
+    ),
+    dynamic_config(
+        "sasl.login.refresh.window.jitter",
+        ConfigType::Double,
+        true,
+        Some((0.0, 0.25)),
+    ),
+    dynamic_config(
+        "sasl.login.refresh.min.period.seconds",
+        ConfigType::Int,
+        true,
+        Some((0.0, 900.0)),
+    ),
+    dynamic_config(
+        "sasl.login.refresh.buffer.seconds",
+        ConfigType::Int,
+        true,
+        Some((0.0, 3600.0)),
+    ),
 ];
 
 /// Kafka's reconfigurable SSL configs (`SslConfigs.RECONFIGURABLE_CONFIGS`),
@@ -80,8 +173,8 @@ pub(crate) fn listener_config(name: &str) -> Option<(&str, &str)> {
 
 /// A dynamic config's type and whether only a broker's own layer may hold it.
 pub(super) fn dynamic(name: &str) -> Option<(ConfigType, bool)> {
-    if let Some(&(_, kind)) = CLUSTER_WIDE.iter().find(|(n, _)| *n == name) {
-        return Some((kind, false));
+    if let Some(d) = DYNAMIC.iter().find(|d| d.name == name) {
+        return Some((d.kind, d.per_broker));
     }
     let (_, base) = listener_config(name)?;
     let &(_, kind) = LISTENER_SSL.iter().find(|(n, _)| *n == base)?;
@@ -220,18 +313,38 @@ fn validate_layer(
     }
     for (name, value) in configs {
         let (kind, _) = dynamic(name).expect("checked above");
-        if kind == ConfigType::Int {
-            let why = |reason: &str| {
-                invalid_request(format!(
-                    "Invalid value {value} for configuration {name}: {reason}"
-                ))
-            };
-            let n: i32 = value
-                .trim()
-                .parse()
-                .map_err(|_| why("Not a number of type INT"))?;
-            if n < 0 {
-                return Err(why("Value must be at least 0"));
+        let why = |reason: &str| {
+            invalid_request(format!(
+                "Invalid value {value} for configuration {name}: {reason}"
+            ))
+        };
+        let v = value.trim();
+        let number = match kind {
+            ConfigType::Int => v
+                .parse::<i32>()
+                .map(f64::from)
+                .map_err(|_| why("Not a number of type INT"))?,
+            ConfigType::Long => v
+                .parse::<i64>()
+                .map(|n| n as f64)
+                .map_err(|_| why("Not a number of type LONG"))?,
+            ConfigType::Double => v
+                .parse::<f64>()
+                .ok()
+                .filter(|d| d.is_finite())
+                .ok_or_else(|| why("Not a number of type DOUBLE"))?,
+            _ => continue,
+        };
+        let range = DYNAMIC
+            .iter()
+            .find(|d| d.name == name)
+            .and_then(|d| d.range);
+        if let Some((min, max)) = range {
+            if number < min {
+                return Err(why(&format!("Value must be at least {min}")));
+            }
+            if number > max {
+                return Err(why(&format!("Value must be no more than {max}")));
             }
         }
     }

@@ -277,6 +277,54 @@ async fn librdkafkas_alter_configs_replaces_the_brokers_layer_and_it_survives_a_
     server.shutdown().await.unwrap();
 }
 
+/// What librdkafka's 0081_admin alters on a broker: a per-broker Kerberos
+/// config, kept and described though Strata has no GSSAPI (as on a Kafka
+/// broker without it), refused at the cluster default and when malformed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafkas_admin_test_broker_config_is_accepted_per_broker_only() {
+    let broker = InProcess::start(&[]).await;
+    let client = common::clients::admin(&broker.bootstrap());
+    let alter = AlterConfig::new(ResourceSpecifier::Broker(NODE))
+        .set("sasl.kerberos.min.time.before.relogin", "58000");
+    let results = client
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    let mut raw = Raw::connect(broker.addr()).await;
+    let (value, source, _) = described(&mut raw, "1", "sasl.kerberos.min.time.before.relogin")
+        .await
+        .unwrap();
+    assert_eq!((value.as_deref(), source), (Some("58000"), SOURCE_DYNAMIC));
+    let key = "sasl.kerberos.min.time.before.relogin";
+    let r = incremental(&mut raw, vec![("", vec![op(key, SET, Some("1"))])], false).await;
+    assert_eq!(r[0].0, INVALID_REQUEST, "{}", r[0].1);
+    let r = incremental(
+        &mut raw,
+        vec![("1", vec![op(key, SET, Some("soon"))])],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, INVALID_REQUEST, "{}", r[0].1);
+    assert!(r[0].1.contains("Not a number of type LONG"), "{}", r[0].1);
+    let r = incremental(
+        &mut raw,
+        vec![(
+            "1",
+            vec![op("sasl.login.refresh.window.factor", SET, Some("0.2"))],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(
+        (r[0].0, r[0].1.as_str()),
+        (
+            INVALID_REQUEST,
+            "Invalid value 0.2 for configuration sasl.login.refresh.window.factor: Value must be at least 0.5"
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_changes_get_kafkas_error_codes_and_change_nothing() {
     let broker = InProcess::start(&[]).await;
