@@ -20,6 +20,7 @@ use kafka_protocol::messages::*;
 use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use strata::server::Server;
 
 const BROKER: i8 = 4;
 const NODE: i32 = 1;
@@ -241,7 +242,7 @@ async fn the_cluster_default_applies_under_the_brokers_own_with_synonyms_in_kafk
 async fn librdkafkas_alter_configs_replaces_the_brokers_layer_and_it_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let start = || async {
-        strata::server::Server::start(common::config(dir.path(), &[]))
+        Server::start(common::config(dir.path(), &[]))
             .await
             .unwrap()
     };
@@ -452,8 +453,8 @@ async fn tls_broker(certs: &Certs) -> InProcess {
 
 /// Whether a new librdkafka client trusting only `ca` can fetch metadata
 /// over the SSL listener.
-fn connects_trusting(broker: &InProcess, ca: &std::path::Path) -> bool {
-    let addr = broker.server.listener_addr("SSL").unwrap();
+fn connects_trusting(server: &Server, ca: &std::path::Path) -> bool {
+    let addr = server.listener_addr("SSL").unwrap();
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", format!("localhost:{}", addr.port()))
         .set("security.protocol", "ssl")
@@ -471,8 +472,8 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
     let (old, new, stranger) = (certs(), certs(), certs_for("/CN=someone-else"));
     let broker = tls_broker(&old).await;
     let mut admin = Raw::connect(broker.addr()).await;
-    assert!(connects_trusting(&broker, &old.ca));
-    assert!(!connects_trusting(&broker, &new.ca));
+    assert!(connects_trusting(&broker.server, &old.ca));
+    assert!(!connects_trusting(&broker.server, &new.ca));
     // A connection opened before the rotation.
     let addr = broker.server.listener_addr("SSL").unwrap();
     let open: BaseConsumer = ClientConfig::new()
@@ -518,7 +519,7 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
         "{}",
         r[0].1
     );
-    assert!(connects_trusting(&broker, &old.ca));
+    assert!(connects_trusting(&broker.server, &old.ca));
 
     let keystore = new.keystore();
     let r = incremental(
@@ -535,10 +536,10 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
     .await;
     assert_eq!(r[0].0, 0, "{}", r[0].1);
     assert!(
-        connects_trusting(&broker, &new.ca),
+        connects_trusting(&broker.server, &new.ca),
         "new handshakes get the new certificate"
     );
-    assert!(!connects_trusting(&broker, &old.ca));
+    assert!(!connects_trusting(&broker.server, &old.ca));
     // The connection made before still answers over its old session.
     open.fetch_metadata(None, TIMEOUT).unwrap();
     let (value, source, _) = described(&mut admin, "1", location).await.unwrap();
@@ -566,7 +567,7 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
     )
     .await;
     assert_eq!(r[0].0, 0, "{}", r[0].1);
-    assert!(connects_trusting(&broker, &old.ca));
+    assert!(connects_trusting(&broker.server, &old.ca));
     let result = describe(&mut admin, "1", &["listener.name.ssl.ssl.keystore.key"]).await;
     let entry = &result.configs[0];
     assert!(entry.is_sensitive && entry.value.is_none());
@@ -642,4 +643,126 @@ async fn in_a_cluster_the_default_reaches_every_broker_and_a_brokers_own_stays_i
         (Some("5001"), SOURCE_DYNAMIC_DEFAULT),
     )
     .await;
+}
+
+/// Whether a new librdkafka client presenting `client`'s certificate (and
+/// trusting `server_ca`) gets metadata from the SSL listener.
+fn admitted_with(server: &Server, server_ca: &std::path::Path, client: &Certs) -> bool {
+    let addr = server.listener_addr("SSL").unwrap();
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", format!("localhost:{}", addr.port()))
+        .set("security.protocol", "ssl")
+        .set("ssl.ca.location", server_ca.to_str().unwrap())
+        .set("ssl.certificate.location", client.cert.to_str().unwrap())
+        .set("ssl.key.location", client.key.to_str().unwrap())
+        .set("group.id", "mtls-probe")
+        .create()
+        .unwrap();
+    consumer
+        .fetch_metadata(None, Duration::from_secs(5))
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_truststore_decides_which_client_certificates_new_connections_may_use() {
+    let (server, other) = (certs(), certs());
+    let broker = InProcess::start(&[
+        "--listener",
+        "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "--ssl-cert-file",
+        server.cert.to_str().unwrap(),
+        "--ssl-key-file",
+        server.key.to_str().unwrap(),
+        "--ssl-ca-file",
+        server.ca.to_str().unwrap(),
+        "--ssl-client-auth",
+        "required",
+    ])
+    .await;
+    assert!(admitted_with(&broker.server, &server.ca, &server));
+    assert!(!admitted_with(&broker.server, &server.ca, &other));
+    let mut admin = Raw::connect(broker.addr()).await;
+    let trusted = "listener.name.ssl.ssl.truststore.location";
+    set(&mut admin, "1", trusted, other.ca.to_str().unwrap()).await;
+    assert!(admitted_with(&broker.server, &server.ca, &other));
+    assert!(!admitted_with(&broker.server, &server.ca, &server));
+    // Both CAs inline; then deleting it brings the flag's CA back.
+    let both = [&server.ca, &other.ca]
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<String>();
+    let r = incremental(
+        &mut admin,
+        vec![(
+            "1",
+            vec![
+                op(trusted, DELETE, None),
+                op(
+                    "listener.name.ssl.ssl.truststore.certificates",
+                    SET,
+                    Some(&both),
+                ),
+            ],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0, "{}", r[0].1);
+    assert!(admitted_with(&broker.server, &server.ca, &server));
+    assert!(admitted_with(&broker.server, &server.ca, &other));
+    let r = incremental(
+        &mut admin,
+        vec![(
+            "1",
+            vec![op(
+                "listener.name.ssl.ssl.truststore.certificates",
+                DELETE,
+                None,
+            )],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0, "{}", r[0].1);
+    assert!(!admitted_with(&broker.server, &server.ca, &other));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_keystore_is_served_again_after_a_restart() {
+    let (old, new) = (certs(), certs());
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--listener",
+        "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "--ssl-cert-file",
+        old.cert.to_str().unwrap(),
+        "--ssl-key-file",
+        old.key.to_str().unwrap(),
+    ];
+    let start = || async {
+        Server::start(common::config(dir.path(), &args))
+            .await
+            .unwrap()
+    };
+    let server = start().await;
+    let mut admin = Raw::connect(server.local_addr()).await;
+    let keystore = new.keystore();
+    set(
+        &mut admin,
+        "1",
+        "listener.name.ssl.ssl.keystore.location",
+        keystore.to_str().unwrap(),
+    )
+    .await;
+    assert!(connects_trusting(&server, &new.ca));
+    drop(admin);
+    server.shutdown().await.unwrap();
+    // The flags still name the old certificate; the stored config wins.
+    let server = start().await;
+    assert!(
+        connects_trusting(&server, &new.ca),
+        "the stored keystore is applied before accepting"
+    );
+    assert!(!connects_trusting(&server, &old.ca));
+    server.shutdown().await.unwrap();
 }
