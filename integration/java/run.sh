@@ -39,6 +39,8 @@
 #                       counts, also across kill -9 and restart of the broker mid-run
 #   AclsQuotasTest      kafka-acls add/list/remove, a topic without READ refused and hidden, kafka-configs client
 #                       quotas, on a private broker with --authorizer acl
+#   BrokerConfigsCliTest  dynamic broker configs: kafka-configs --entity-type brokers --entity-name/--entity-default
+#                       --alter/--describe, Admin describeConfigs sources and synonyms, kept across a restart
 #   AclsSaslTest        ACLs for SASL PLAIN principals (super user admin, user alice) on a private SASL broker
 #   integration/java/run.sh -Dtest=GroupsTest#assignorSplitsFourPartitionsTwoAndTwo   # one test
 # The shared broker runs with GROUP_ARGS (default: no initial rebalance delay, 1s minimum session

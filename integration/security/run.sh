@@ -11,7 +11,8 @@
 # Checks: credentials created with kafka-configs.sh, round trips over every protocol with every
 # client, a wrong password refused with SASL_AUTHENTICATION_FAILED, an untrusted certificate and a
 # missing one refused, requests before authentication closing the connection, Metadata answering
-# with the listener the client came through, and credentials surviving kill -9.
+# with the listener the client came through, credentials surviving kill -9, and the SSL listener's
+# keystore rotated with kafka-configs.sh while a connection opened before keeps working.
 # Prints "N passed, M failed" at the end; exits non-zero if anything failed.
 set -uo pipefail
 
@@ -366,6 +367,53 @@ delete_credential() {
     -X sasl.username=alice -X sasl.password=alice-secret
 }
 check "a deleted SCRAM-SHA-512 credential no longer authenticates" delete_credential
+
+# The SSL listener's certificate replaced without a restart (KIP-226's dynamic
+# listener.name.ssl.ssl.keystore.location): same subject and names, signed by another CA.
+rotate_keystore() {
+  (cd "$WORK" && mkcert server2 "/CN=localhost" rogue-ca \
+    "subjectAltName=DNS:localhost,IP:127.0.0.1
+basicConstraints=CA:FALSE
+keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth" && cat server2.key server2.pem >server2-keystore.pem) || return 1
+  python3 - "$WORK" "$P_SSL" "$P_PLAIN" "$JAVA_LIB" <<'PY'
+import subprocess, sys
+from confluent_kafka import Producer, KafkaException
+from confluent_kafka.admin import AdminClient
+work, p_ssl, p_plain, lib = sys.argv[1:]
+mtls = {"bootstrap.servers": f"127.0.0.1:{p_ssl}", "security.protocol": "SSL",
+    "ssl.certificate.location": f"{work}/client.pem", "ssl.key.location": f"{work}/client.key"}
+def configs(*args):
+    return subprocess.run(["timeout", "60", "java", "-Dlog4j2.level=warn", "-cp", f"{lib}/*",
+        "kafka.admin.ConfigCommand", "--bootstrap-server", f"127.0.0.1:{p_plain}",
+        "--entity-type", "brokers", "--entity-name", "1", *args], capture_output=True, text=True)
+def connects(ca):
+    try:
+        AdminClient({**mtls, "ssl.ca.location": ca}).list_topics(timeout=8)
+        return True
+    except KafkaException:
+        return False
+# A producer whose connection is open before the rotation.
+old = Producer({**mtls, "ssl.ca.location": f"{work}/ca.pem"})
+old.produce("rotation", b"before", partition=0)
+assert old.flush(30) == 0
+bad = configs("--alter", "--add-config", "listener.name.ssl.ssl.keystore.location=/nonexistent.pem")
+assert bad.returncode != 0, bad
+print("unloadable keystore refused:", (bad.stderr + bad.stdout).strip().splitlines()[-1][:160])
+assert connects(f"{work}/ca.pem"), "the old keystore stays after a refused change"
+ok = configs("--alter", "--add-config",
+    f"listener.name.ssl.ssl.keystore.type=PEM,listener.name.ssl.ssl.keystore.location={work}/server2-keystore.pem")
+assert ok.returncode == 0, ok
+assert connects(f"{work}/rogue-ca.pem"), "a new connection gets the new certificate"
+assert not connects(f"{work}/ca.pem"), "the old certificate is no longer served"
+old.produce("rotation", b"after", partition=0)
+assert old.flush(30) == 0, "the connection opened before the rotation still works"
+shown = configs("--describe")
+assert f"listener.name.ssl.ssl.keystore.location={work}/server2-keystore.pem" in shown.stdout, shown
+print("rotated: new handshakes served by the new certificate, the open connection kept")
+PY
+}
+check "kafka-configs.sh rotates the SSL listener's keystore without a restart; open connections keep working" rotate_keystore
 
 echo
 echo "$passed passed, $failed failed"

@@ -1,5 +1,6 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, and
-//! a read-only view of the broker's own settings.
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and
+//! brokers. A broker's settings are its flags (read-only) and the dynamic
+//! configs of `broker_configs`, described with Kafka's sources and synonyms.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::{CLUSTER_DENIED, TOPIC_DENIED};
+use super::broker_configs::{self, Change, Layers};
 use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
 use super::metrics::error_codes;
@@ -200,6 +202,8 @@ const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 
 pub(super) const CONFIG_SOURCE_TOPIC: i8 = 1;
+const CONFIG_SOURCE_DYNAMIC_BROKER: i8 = 2;
+const CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
 pub(super) const CONFIG_SOURCE_DEFAULT: i8 = 5;
 
@@ -213,14 +217,16 @@ const OP_SUBTRACT: i8 = 3;
 
 struct Entry {
     name: String,
-    value: String,
+    /// `None` for a secret (a PASSWORD config), which Kafka never shows.
+    value: Option<String>,
     source: i8,
     kind: ConfigType,
     doc: &'static str,
     read_only: bool,
     /// Where the value could come from, in Kafka's order of precedence: the
-    /// topic override if any, then the broker-wide default under its own name.
-    synonyms: Vec<(&'static str, String, i8)>,
+    /// topic override or dynamic broker configs if any, then the static or
+    /// default value (for a topic, the broker-wide default under its own name).
+    synonyms: Vec<(String, Option<String>, i8)>,
 }
 
 pub(super) fn describe_configs(
@@ -235,20 +241,21 @@ pub(super) fn describe_configs(
             let result = DescribeConfigsResult::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
+            let failure = |e: ResponseError| (e.code(), e.to_string());
             let entries = match r.resource_type {
                 RESOURCE_TOPIC => match broker.catalog.topic(r.resource_name.as_str()) {
                     Some(t) => Ok(topic_entries(&t.config())),
-                    None => Err(ResponseError::UnknownTopicOrPartition),
+                    None => Err(failure(ResponseError::UnknownTopicOrPartition)),
                 },
-                RESOURCE_BROKER => Ok(broker_entries(broker)),
-                _ => Err(ResponseError::InvalidRequest),
+                RESOURCE_BROKER => describe_broker(broker, r.resource_name.as_str()),
+                _ => Err(failure(ResponseError::InvalidRequest)),
             };
             let entries = match entries {
                 Ok(e) => e,
-                Err(code) => {
+                Err((code, msg)) => {
                     return result
-                        .with_error_code(code.code())
-                        .with_error_message(Some(StrBytes::from_string(code.to_string())))
+                        .with_error_code(code)
+                        .with_error_message(Some(StrBytes::from_string(msg)))
                 }
             };
             // As in Kafka, no keys and an empty list both ask for everything.
@@ -259,7 +266,8 @@ pub(super) fn describe_configs(
                 .map(|e| {
                     let mut c = DescribeConfigsResourceResult::default()
                         .with_name(StrBytes::from_string(e.name))
-                        .with_value(Some(StrBytes::from_string(e.value)))
+                        .with_is_sensitive(e.value.is_none())
+                        .with_value(e.value.map(StrBytes::from_string))
                         .with_read_only(e.read_only)
                         .with_config_source(e.source);
                     if req.include_synonyms {
@@ -268,8 +276,8 @@ pub(super) fn describe_configs(
                                 .into_iter()
                                 .map(|(name, value, source)| {
                                     DescribeConfigsSynonym::default()
-                                        .with_name(StrBytes::from_static_str(name))
-                                        .with_value(Some(StrBytes::from_string(value)))
+                                        .with_name(StrBytes::from_string(name))
+                                        .with_value(value.map(StrBytes::from_string))
                                         .with_source(source)
                                 })
                                 .collect(),
@@ -301,14 +309,22 @@ fn topic_entries(config: &crate::catalog::TopicConfig) -> Vec<Entry> {
             let (value, is_override) = config.get(d.name)?;
             let mut synonyms = Vec::new();
             if is_override {
-                synonyms.push((d.name, value.to_string(), CONFIG_SOURCE_TOPIC));
+                synonyms.push((
+                    d.name.to_string(),
+                    Some(value.to_string()),
+                    CONFIG_SOURCE_TOPIC,
+                ));
             }
             if let Some(broker_name) = d.broker {
-                synonyms.push((broker_name, d.default.to_string(), CONFIG_SOURCE_DEFAULT));
+                synonyms.push((
+                    broker_name.to_string(),
+                    Some(d.default.to_string()),
+                    CONFIG_SOURCE_DEFAULT,
+                ));
             }
             Some(Entry {
                 name: d.name.to_string(),
-                value: value.to_string(),
+                value: Some(value.to_string()),
                 source: if is_override {
                     CONFIG_SOURCE_TOPIC
                 } else {
@@ -331,20 +347,106 @@ pub(crate) struct StaticConfig {
     pub kind: ConfigType,
 }
 
+/// The type of a config the broker describes (dynamic or not), if it has it.
+pub(super) fn reported_kind(broker: &Broker, name: &str) -> Option<ConfigType> {
+    broker_entries(broker)
+        .into_iter()
+        .find(|e| e.name == name)
+        .map(|e| e.kind)
+}
+
+/// A BROKER resource as Kafka describes it on the broker asked: `""` is the
+/// cluster default, only its dynamic configs; this broker's id is every
+/// setting with the dynamic configs in force over the static ones; any
+/// other id is another broker's to describe.
+fn describe_broker(broker: &Broker, name: &str) -> Result<Vec<Entry>, Failure> {
+    broker_configs::check_resource_name(broker, name).map_err(|(code, _)| {
+        (
+            code,
+            format!(
+                "Unexpected broker id, expected {} or empty string, but received {name}",
+                broker.settings.node_id
+            ),
+        )
+    })?;
+    let layers = broker.dynamic.layers();
+    if name.is_empty() {
+        return Ok(layers
+            .default
+            .iter()
+            .map(|(k, v)| dynamic_entry(k, v, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER))
+            .collect());
+    }
+    let mut entries = broker_entries(broker);
+    for e in &mut entries {
+        overlay(e, &layers);
+    }
+    // Dynamic configs no flag sets (a listener's keystore): their own entries.
+    for (k, v) in &layers.broker {
+        if !entries.iter().any(|e| &e.name == k) {
+            entries.push(dynamic_entry(k, v, CONFIG_SOURCE_DYNAMIC_BROKER));
+        }
+    }
+    Ok(entries)
+}
+
+/// A value shown unless it is a secret.
+fn shown(name: &str, value: &str) -> Option<String> {
+    (!broker_configs::sensitive(name)).then(|| value.to_string())
+}
+
+fn dynamic_entry(name: &str, value: &str, source: i8) -> Entry {
+    let kind = broker_configs::dynamic(name).map_or(ConfigType::String, |(k, _)| k);
+    Entry {
+        name: name.to_string(),
+        value: shown(name, value),
+        source,
+        kind,
+        doc: "",
+        read_only: false,
+        synonyms: vec![(name.to_string(), shown(name, value), source)],
+    }
+}
+
+/// Puts the dynamic configs in force over a static entry of the same name,
+/// with the synonyms in Kafka's order: this broker's, the default, then
+/// the static or default value.
+fn overlay(e: &mut Entry, layers: &Layers) {
+    if broker_configs::dynamic(&e.name).is_none() {
+        return;
+    }
+    e.read_only = false;
+    let mut synonyms = Vec::new();
+    for (layer, source) in [
+        (&layers.broker, CONFIG_SOURCE_DYNAMIC_BROKER),
+        (&layers.default, CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER),
+    ] {
+        if let Some(v) = layer.get(&e.name) {
+            synonyms.push((e.name.clone(), shown(&e.name, v), source));
+        }
+    }
+    if let Some((_, value, source)) = synonyms.first().cloned() {
+        e.value = value;
+        e.source = source;
+    }
+    synonyms.append(&mut e.synonyms);
+    e.synonyms = synonyms;
+}
+
 /// The broker's settings under Kafka's names: those its flags set
 /// (STATIC_BROKER_CONFIG, from the server's table of flags), Kafka's fixed
 /// values for what cannot be changed here (DEFAULT_CONFIG), then the
-/// broker-wide defaults of the topic configs. Everything is read-only: the
-/// broker is configured by flags.
+/// broker-wide defaults of the topic configs. Read-only except the dynamic
+/// configs, which `describe_broker` lays over them.
 fn broker_entries(broker: &Broker) -> Vec<Entry> {
     let entry = |name: &'static str, value: String, kind: ConfigType, source: i8| Entry {
         name: name.to_string(),
-        value: value.clone(),
+        value: Some(value.clone()),
         source,
         kind,
         doc: "",
         read_only: true,
-        synonyms: vec![(name, value, source)],
+        synonyms: vec![(name.to_string(), Some(value), source)],
     };
     let fixed =
         |name, value: &str, kind| entry(name, value.to_string(), kind, CONFIG_SOURCE_DEFAULT);
@@ -409,29 +511,98 @@ fn broker_entries(broker: &Broker) -> Vec<Entry> {
         let name = d.broker?;
         Some(Entry {
             name: name.to_string(),
-            value: d.default.to_string(),
+            value: Some(d.default.to_string()),
             source: CONFIG_SOURCE_DEFAULT,
             kind: d.kind,
             doc: d.doc,
             read_only: true,
-            synonyms: vec![(name, d.default.to_string(), CONFIG_SOURCE_DEFAULT)],
+            synonyms: vec![(
+                name.to_string(),
+                Some(d.default.to_string()),
+                CONFIG_SOURCE_DEFAULT,
+            )],
         })
     }));
     entries
 }
 
-fn not_a_topic(resource_type: i8) -> Failure {
-    if resource_type == RESOURCE_BROKER {
-        (
-            ResponseError::InvalidRequest.code(),
-            "Broker configs are read-only in Strata; set them with flags".into(),
-        )
-    } else {
-        (
-            ResponseError::InvalidRequest.code(),
-            format!("Unsupported resource type {resource_type}"),
-        )
+fn unsupported(resource_type: i8) -> Failure {
+    (
+        ResponseError::InvalidRequest.code(),
+        format!("Unknown resource type {resource_type}"),
+    )
+}
+
+/// Kafka's checks of a BROKER resource before anything else: the name,
+/// each config named once, values given except to delete.
+fn check_broker_request(
+    broker: &Broker,
+    name: &str,
+    configs: &[(&str, Option<&str>, i8)],
+) -> Result<(), Failure> {
+    let invalid = |msg: String| (ResponseError::InvalidRequest.code(), msg);
+    let mut seen = std::collections::HashSet::new();
+    if !configs.iter().all(|(n, _, _)| seen.insert(*n)) {
+        return Err(invalid("Error due to duplicate config keys".into()));
     }
+    let nulls: Vec<&str> = configs
+        .iter()
+        .filter(|(_, v, op)| v.is_none() && *op != OP_DELETE)
+        .map(|(n, _, _)| *n)
+        .collect();
+    if !nulls.is_empty() {
+        return Err(invalid(format!(
+            "Null value not supported for : {}",
+            nulls.join(", ")
+        )));
+    }
+    if let Some((_, _, op)) = configs.iter().find(|(_, _, op)| !(0..=3).contains(op)) {
+        return Err(invalid(format!("Unknown operations type {op}")));
+    }
+    broker_configs::check_resource_name(broker, name)
+}
+
+/// The BROKER resources named more than once: Kafka refuses each of them.
+fn repeated_brokers<'a>(resources: impl Iterator<Item = (i8, &'a str)>) -> Vec<String> {
+    let mut seen = std::collections::HashMap::new();
+    for (kind, name) in resources.filter(|(k, _)| *k == RESOURCE_BROKER) {
+        *seen.entry((kind, name)).or_insert(0) += 1;
+    }
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|((_, name), _)| name.to_string())
+        .collect()
+}
+
+/// Alters BROKER resource `name` after Kafka's checks of the request.
+async fn alter_broker(
+    broker: &Broker,
+    name: &str,
+    configs: &[(&str, Option<&str>, i8)],
+    replace: bool,
+    validate_only: bool,
+    repeated: &[String],
+) -> Result<(), Failure> {
+    if repeated.iter().any(|r| r == name) {
+        return Err((
+            ResponseError::InvalidRequest.code(),
+            "Each resource must appear at most once.".into(),
+        ));
+    }
+    check_broker_request(broker, name, configs)?;
+    let changes = configs
+        .iter()
+        .map(|(n, v, op)| {
+            let (n, v) = (n.to_string(), v.unwrap_or_default().to_string());
+            match *op {
+                OP_SET => Change::Set(n, v),
+                OP_DELETE => Change::Delete(n),
+                OP_APPEND => Change::Append(n, v),
+                _ => Change::Subtract(n, v),
+            }
+        })
+        .collect();
+    broker_configs::alter(broker, name, changes, replace, validate_only).await
 }
 
 fn error_pair(e: CatalogError) -> Failure {
@@ -480,10 +651,23 @@ pub(super) async fn alter_configs(
     req: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
+    let repeated = repeated_brokers(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     for r in req.resources {
         responses.push({
-            let result = if r.resource_type != RESOURCE_TOPIC {
-                Err(not_a_topic(r.resource_type))
+            let result = if r.resource_type == RESOURCE_BROKER {
+                let configs: Vec<(&str, Option<&str>, i8)> = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.value.as_deref(), OP_SET))
+                    .collect();
+                let name = r.resource_name.as_str();
+                alter_broker(&broker, name, &configs, true, req.validate_only, &repeated).await
+            } else if r.resource_type != RESOURCE_TOPIC {
+                Err(unsupported(r.resource_type))
             } else {
                 let changes: Vec<(&str, Option<&str>)> = r
                     .configs
@@ -512,10 +696,22 @@ pub(super) async fn incremental_alter_configs(
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(req.resources.len());
+    let repeated = repeated_brokers(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     for r in req.resources {
         let name = r.resource_name.as_str();
-        let result = if r.resource_type != RESOURCE_TOPIC {
-            Err(not_a_topic(r.resource_type))
+        let result = if r.resource_type == RESOURCE_BROKER {
+            let configs: Vec<(&str, Option<&str>, i8)> = r
+                .configs
+                .iter()
+                .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_operation))
+                .collect();
+            alter_broker(&broker, name, &configs, false, req.validate_only, &repeated).await
+        } else if r.resource_type != RESOURCE_TOPIC {
+            Err(unsupported(r.resource_type))
         } else {
             match incremental_changes(&broker, name, &r.configs) {
                 Ok(changes) => {

@@ -15,6 +15,7 @@
 mod acls;
 mod authorize;
 mod broker_client;
+pub(crate) mod broker_configs;
 mod config_resources;
 mod configs;
 mod consumer_groups;
@@ -57,6 +58,7 @@ use crate::coordinator::GroupCoordinator;
 use crate::principal::Principal;
 
 pub(crate) use broker_client::InterBroker;
+pub(crate) use broker_configs::Reconfigure;
 pub(crate) use configs::StaticConfig;
 use dispatch::Ctx;
 pub(crate) use dispatch::Encoder;
@@ -112,6 +114,8 @@ pub(crate) struct Services {
     pub access: Arc<Access>,
     /// Request counts and latencies, kept only with `--metrics-listen`.
     pub metrics: Option<Arc<metrics::RequestMetrics>>,
+    /// Applies dynamic broker configs to the listeners and connections.
+    pub reconfigure: Arc<dyn Reconfigure>,
 }
 
 /// What the handlers need to know about this broker.
@@ -137,6 +141,8 @@ pub(crate) struct Broker {
     pub metrics: Option<Arc<metrics::RequestMetrics>>,
     /// ACLs and client quotas, and whether an authorizer runs.
     pub access: Arc<Access>,
+    /// Dynamic broker configs (KIP-226), as stored and applied.
+    pub(crate) dynamic: broker_configs::DynamicConfigs,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -228,6 +234,7 @@ impl Broker {
             cluster,
             access,
             metrics,
+            reconfigure,
         } = services;
         Broker {
             catalog,
@@ -250,7 +257,14 @@ impl Broker {
             ),
             metrics,
             access,
+            dynamic: broker_configs::DynamicConfigs::new(reconfigure),
         }
+    }
+
+    /// Reads the stored dynamic broker configs and applies them if they
+    /// changed (at start-up, and in a cluster to follow other brokers).
+    pub(crate) async fn refresh_dynamic_configs(&self) -> Result<(), String> {
+        broker_configs::refresh(self).await
     }
 
     /// Where transactional producer ids come from: the catalog's allocator,

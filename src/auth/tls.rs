@@ -41,47 +41,81 @@ fn roots(ca: &Path) -> Result<RootCertStore, AuthError> {
     Ok(roots)
 }
 
-/// The server side of every TLS listener.
+/// The server side of every TLS listener, from the PEM files the flags name.
 pub(crate) fn server_config(
     cert: &Path,
     key: &Path,
     ca: Option<&Path>,
     client_auth: ClientAuth,
 ) -> Result<Arc<ServerConfig>, AuthError> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| tls_err("reading", cert, e))?
+    let read = |path: &Path| std::fs::read(path).map_err(|e| tls_err("reading", path, e));
+    let chain = pem_chain(&read(cert)?, &cert.display().to_string())?;
+    let key = pem_key(&read(key)?, &key.display().to_string())?;
+    let trusted = match ca {
+        Some(ca) => Some(pem_chain(&read(ca)?, &ca.display().to_string())?),
+        None => None,
+    };
+    server_config_from(chain, key, trusted, client_auth)
+}
+
+/// The certificates of a PEM text (`what` names it in errors); at least one.
+pub(crate) fn pem_chain(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, AuthError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| tls_err("parsing", cert, e))?;
+        .map_err(|e| AuthError::Tls(format!("parsing {what}: {e}")))?;
     if chain.is_empty() {
-        return Err(tls_err("no certificate in", cert, "empty"));
+        return Err(AuthError::Tls(format!("no certificate in {what}")));
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| tls_err("reading key", key, e))?;
+    Ok(chain)
+}
+
+/// The private key of a PEM text, unencrypted (PKCS#8, PKCS#1 or SEC1).
+pub(crate) fn pem_key(pem: &[u8], what: &str) -> Result<PrivateKeyDer<'static>, AuthError> {
+    PrivateKeyDer::from_pem_slice(pem)
+        .map_err(|e| AuthError::Tls(format!("reading key {what}: {e}")))
+}
+
+/// The server side of a TLS listener: `chain` and `key` are what it
+/// presents, `trusted` the CAs a client certificate must chain to.
+pub(crate) fn server_config_from(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    trusted: Option<Vec<CertificateDer<'static>>>,
+    client_auth: ClientAuth,
+) -> Result<Arc<ServerConfig>, AuthError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| AuthError::Tls(e.to_string()))?;
-    let builder = match (client_auth, ca) {
+    let builder = match (client_auth, trusted) {
         (ClientAuth::None, _) => builder.with_no_client_auth(),
         (_, None) => {
             return Err(AuthError::Tls(
                 "--ssl-client-auth requested/required needs --ssl-ca-file".into(),
             ))
         }
-        (mode, Some(ca)) => {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
+        (mode, Some(trusted)) => {
+            let mut roots = RootCertStore::empty();
+            for c in trusted {
+                roots
+                    .add(c)
+                    .map_err(|e| AuthError::Tls(format!("trusted certificate: {e}")))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if mode == ClientAuth::Requested {
                 verifier.allow_unauthenticated()
             } else {
                 verifier
             };
-            let verifier = verifier.build().map_err(|e| tls_err("CA", ca, e))?;
+            let verifier = verifier
+                .build()
+                .map_err(|e| AuthError::Tls(format!("trusted certificates: {e}")))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let config = builder
         .with_single_cert(chain, key)
-        .map_err(|e| tls_err("certificate and key", cert, e))?;
+        .map_err(|e| AuthError::Tls(format!("certificate and key: {e}")))?;
     Ok(Arc::new(config))
 }
 
@@ -156,6 +190,24 @@ pub(crate) fn subject_dn(der: &[u8]) -> Option<String> {
     }
     rdns.reverse();
     Some(rdns.join(","))
+}
+
+/// The subject alternative names of a DER certificate, sorted, as text
+/// (Kafka compares them when a listener's keystore is replaced).
+pub(crate) fn subject_alt_names(der: &[u8]) -> Option<Vec<String>> {
+    use x509_parser::prelude::*;
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let mut names: Vec<String> = match cert.subject_alternative_name().ok()? {
+        Some(ext) => ext
+            .value
+            .general_names
+            .iter()
+            .map(|n| n.to_string())
+            .collect(),
+        None => Vec::new(),
+    };
+    names.sort();
+    Some(names)
 }
 
 fn escape(s: &str) -> String {

@@ -30,6 +30,8 @@ pub enum ConfigType {
     Long = 5,
     Double = 6,
     List = 7,
+    /// Kafka's PASSWORD: described with a null value, as sensitive.
+    Password = 9,
 }
 
 /// The valid values of a config, beyond parsing as its type.
@@ -241,7 +243,7 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             }
             None
         }
-        Str | List => None,
+        Str | List | ConfigType::Password => None,
     };
     match (def.valid, number) {
         (AtLeast(min), Some(n)) if n < min => Err(why(format!("Value must be at least {min}"))),

@@ -5,11 +5,16 @@
 //! JSON is replaced atomically (temp file, fsync, rename), so a crash leaves
 //! either the old or the new description. Deleting a topic renames its
 //! directory out of the way first, then removes it in the background.
+//!
+//! A single broker's dynamic broker configs (Kafka's KIP-226: the cluster
+//! default and this broker's own) are kept next to the topics, in
+//! `broker-configs.json`, written the same way. Which names and values are
+//! valid is the API layer's question; the catalog only keeps them.
 
 pub mod config;
 pub(crate) mod producer_ids;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,6 +34,7 @@ use producer_ids::ProducerIdAllocator;
 
 const CLUSTER_FILE: &str = "cluster.json";
 const TOPIC_FILE: &str = "topic.json";
+const BROKER_CONFIGS_FILE: &str = "broker-configs.json";
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_NAME_LEN: usize = 249;
 
@@ -343,8 +349,13 @@ pub type HeadSinks = Arc<dyn Fn(Uuid, i32) -> Arc<dyn HeadSink> + Send + Sync>;
 /// The remote part of a partition's log, by topic name, id and index.
 pub type RemoteParts = Arc<dyn Fn(&str, Uuid, i32) -> Arc<dyn RemoteLog> + Send + Sync>;
 
+/// `broker-configs.json`: configs by resource name (`""`: the default).
+type BrokerConfigsFile = BTreeMap<String, BTreeMap<String, String>>;
+
 pub struct Catalog {
     root: PathBuf,
+    /// Serializes rewrites of `broker-configs.json`.
+    broker_configs_lock: parking_lot::Mutex<()>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
@@ -425,6 +436,7 @@ impl Catalog {
         std::fs::create_dir_all(data_dir.join("deleted"))?;
         Ok(Catalog {
             root: data_dir.to_path_buf(),
+            broker_configs_lock: parking_lot::Mutex::new(()),
             topics: RwLock::new(topics),
             cluster_id,
             producer_ids,
@@ -615,6 +627,41 @@ impl Catalog {
         }
         topic.open_partitions(count as usize)?;
         topic.persist()
+    }
+
+    /// The dynamic broker configs stored for `resource`: `""` is the cluster
+    /// default, a broker id that broker's own.
+    pub fn broker_configs(&self, resource: &str) -> Result<BTreeMap<String, String>, CatalogError> {
+        Ok(self
+            .all_broker_configs()?
+            .remove(resource)
+            .unwrap_or_default())
+    }
+
+    /// Replaces the dynamic broker configs of `resource`, durably.
+    pub fn set_broker_configs(
+        &self,
+        resource: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), CatalogError> {
+        let _one_writer = self.broker_configs_lock.lock();
+        let mut all = self.all_broker_configs()?;
+        if configs.is_empty() {
+            all.remove(resource);
+        } else {
+            all.insert(resource.to_string(), configs);
+        }
+        let json = serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?;
+        write_synced(&self.root.join(BROKER_CONFIGS_FILE), &json)?;
+        Ok(())
+    }
+
+    fn all_broker_configs(&self) -> Result<BrokerConfigsFile, CatalogError> {
+        match std::fs::read(self.root.join(BROKER_CONFIGS_FILE)) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).map_err(std::io::Error::other)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BrokerConfigsFile::new()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Applies config changes: `Some` sets, `None` deletes. With `replace`,

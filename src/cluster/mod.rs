@@ -18,6 +18,8 @@
 //! <prefix>/released/<topic_id>/<p>    {leader, epoch}: "I stopped serving this epoch"
 //! <prefix>/producer_ids/next          first producer id not yet handed out
 //! <prefix>/access                     ACLs and client quotas (`access::AccessDoc` JSON)
+//! <prefix>/broker_configs/default      dynamic broker configs, the cluster default (JSON map)
+//! <prefix>/broker_configs/<node_id>    dynamic broker configs of one broker (JSON map)
 //! ```
 //!
 //! The pieces, each usable and testable alone:
@@ -58,6 +60,7 @@
 
 mod access;
 mod assignment;
+mod broker_configs;
 mod controller;
 mod error;
 mod etcd;
@@ -71,6 +74,7 @@ mod view;
 
 pub use access::{EtcdAccess, POLL as ACCESS_POLL};
 pub use assignment::{plan, replicas, Assignment, PartitionLeader, ReleaseAck, TopicAssignment};
+pub use broker_configs::BrokerConfigStore;
 pub use controller::{Controller, Term};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, Keys};

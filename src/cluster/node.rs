@@ -76,6 +76,11 @@ impl ClusterNode {
         &self.topics
     }
 
+    /// Dynamic broker configs, the cluster default's and each broker's.
+    pub fn broker_configs(&self) -> super::BrokerConfigStore {
+        super::BrokerConfigStore::new(self.member.etcd().clone())
+    }
+
     /// Live brokers, by node id.
     pub fn brokers(&self) -> Vec<BrokerInfo> {
         self.view.brokers()

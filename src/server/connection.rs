@@ -82,7 +82,8 @@ fn api_of(frame: &[u8]) -> Option<(i16, i16)> {
 pub(super) struct Listener {
     pub name: String,
     pub protocol: SecurityProtocol,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The TLS listener's acceptor, which a dynamic keystore change swaps.
+    pub tls: Option<super::dynamic::TlsSwitch>,
     pub sasl: Arc<SaslSettings>,
     /// connections.max.idle.ms: a connection that sends no complete request
     /// for that long is closed.
@@ -119,7 +120,9 @@ pub(super) async fn accept(
             )
             .await
         }
-        Some(acceptor) => {
+        Some(switch) => {
+            // The certificate in force now; a later change serves later handshakes.
+            let acceptor = switch.read().clone();
             // rustls reads ciphertext 4 KiB at a time: from a buffer, not a
             // system call each.
             let stream = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream);

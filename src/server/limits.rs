@@ -14,6 +14,10 @@
 //!
 //! A `Permit` is the slot of one connection; dropping it (the connection's
 //! task ending, however it ends) gives the slot back.
+//!
+//! The three counts are dynamic broker configs in Kafka, and here: `set`
+//! changes them for the next accept. Connections already open over a
+//! lowered limit stay open, as in Kafka; they only keep newcomers out.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -26,12 +30,18 @@ use tokio::sync::Notify;
 use super::config::BrokerConfig;
 
 pub(crate) struct ConnectionLimits {
-    max: usize,
-    per_ip: usize,
-    overrides: HashMap<IpAddr, usize>,
+    quotas: Mutex<Quotas>,
     idle: Option<Duration>,
     open: Mutex<Open>,
     freed: Notify,
+}
+
+/// max.connections, max.connections.per.ip and its overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Quotas {
+    pub max: usize,
+    pub per_ip: usize,
+    pub overrides: HashMap<IpAddr, usize>,
 }
 
 #[derive(Default)]
@@ -54,9 +64,11 @@ impl ConnectionLimits {
         idle: Option<Duration>,
     ) -> Arc<ConnectionLimits> {
         Arc::new(ConnectionLimits {
-            max: max.max(1),
-            per_ip,
-            overrides,
+            quotas: Mutex::new(Quotas {
+                max: max.max(1),
+                per_ip,
+                overrides,
+            }),
             idle,
             open: Mutex::new(Open::default()),
             freed: Notify::new(),
@@ -74,6 +86,21 @@ impl ConnectionLimits {
         )
     }
 
+    /// The limits in force.
+    pub(crate) fn quotas(&self) -> Quotas {
+        self.quotas.lock().clone()
+    }
+
+    /// Changes the limits for the connections accepted from now on; a raised
+    /// `max` lets a waiting accept loop go on at once.
+    pub(crate) fn set(&self, quotas: Quotas) {
+        *self.quotas.lock() = Quotas {
+            max: quotas.max.max(1),
+            ..quotas
+        };
+        self.freed.notify_waiters();
+    }
+
     /// How long a connection may go without a request before it is closed.
     pub(crate) fn idle(&self) -> Option<Duration> {
         self.idle
@@ -83,7 +110,8 @@ impl ConnectionLimits {
     pub(crate) async fn wait_for_slot(&self) {
         loop {
             let freed = self.freed.notified();
-            if self.open.lock().total < self.max {
+            let max = self.quotas.lock().max;
+            if self.open.lock().total < max {
                 return;
             }
             freed.await;
@@ -93,7 +121,10 @@ impl ConnectionLimits {
     /// Takes a slot for a connection from `ip`, or `None` when that address
     /// already has its quota (the caller closes the connection).
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Permit> {
-        let quota = self.overrides.get(&ip).copied().unwrap_or(self.per_ip);
+        let quota = {
+            let q = self.quotas.lock();
+            q.overrides.get(&ip).copied().unwrap_or(q.per_ip)
+        };
         let mut open = self.open.lock();
         let n = open.by_ip.entry(ip).or_default();
         if *n >= quota {
@@ -171,5 +202,36 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(limits.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn raising_the_limits_admits_at_once_and_lowering_keeps_open_connections() {
+        let limits = ConnectionLimits::new(1, 1, HashMap::new(), None);
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let first = limits.admit(ip).unwrap();
+        assert!(limits.admit(ip).is_none());
+        let l = limits.clone();
+        let waiter = tokio::spawn(async move { l.wait_for_slot().await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished());
+        limits.set(Quotas {
+            max: 3,
+            per_ip: 2,
+            overrides: HashMap::new(),
+        });
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        let second = limits.admit(ip).unwrap();
+        limits.set(Quotas {
+            max: 1,
+            per_ip: 1,
+            overrides: HashMap::new(),
+        });
+        assert_eq!(limits.open(), 2, "lowering closes nothing");
+        assert!(limits.admit(ip).is_none());
+        drop((first, second));
+        assert!(limits.admit(ip).is_some());
     }
 }

@@ -6,6 +6,7 @@ mod cluster;
 pub mod config;
 mod connection;
 mod data_dir;
+mod dynamic;
 pub(crate) mod frame;
 mod http;
 mod jobs;
@@ -89,6 +90,11 @@ impl Server {
         let joined = join_cluster(&config, &store, &listeners, &data_dir).await?;
         let state = open_state(&config, store, joined.as_ref(), &listeners, clock, random).await?;
         let broker = build_api(&config, &state, &listeners, joined.as_ref());
+        // Stored dynamic configs (a rotated keystore above all) before any accept.
+        broker
+            .refresh_dynamic_configs()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading dynamic broker configs: {e}"))?;
         let (fatal, _) = watch::channel(None);
         let merges = spawn_jobs(
             &config,
@@ -495,6 +501,22 @@ async fn follow_access(access: Arc<Access>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {
                 if let Err(e) = access.refresh().await {
                     tracing::warn!(error = %e, "rereading ACLs and quotas failed");
+                }
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Cluster mode: rereads the dynamic broker configs, the cluster default
+/// above all, which other brokers change.
+async fn follow_broker_configs(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = broker.refresh_dynamic_configs().await {
+                    tracing::warn!(error = %e, "rereading dynamic broker configs failed");
                 }
             }
             _ = stop.changed() => return,

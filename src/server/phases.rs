@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use super::cluster::{self, Joined};
 use super::config::{BrokerConfig, FsyncPolicy, ListenerSpec, SaslLogin, SecurityProtocol};
+use super::dynamic::{self, TlsSwitch};
 use super::jobs::Jobs;
 use super::{connection, data_dir, http, limits};
 use crate::access::Access;
@@ -100,12 +101,11 @@ pub(super) async fn serve_health(
 
 /// The listeners, bound but not accepting yet.
 pub(super) struct Bound {
-    sockets: Vec<(
-        TcpListener,
-        ListenerSpec,
-        SocketAddr,
-        Option<tokio_rustls::TlsAcceptor>,
-    )>,
+    sockets: Vec<(TcpListener, ListenerSpec, SocketAddr, Option<TlsSwitch>)>,
+    /// max.connections and the like, changed by dynamic broker configs.
+    limits: Arc<limits::ConnectionLimits>,
+    /// Applies dynamic broker configs to the limits and the TLS listeners.
+    runtime: Arc<dynamic::Runtime>,
     /// Every listener's advertised endpoint, in the order configured.
     pub endpoints: Vec<Endpoint>,
     inter: InterBrokerSide,
@@ -162,11 +162,17 @@ pub(super) async fn bind_listeners(config: &BrokerConfig) -> anyhow::Result<Boun
             port,
         });
         let tls = match spec.protocol.tls() {
-            true => Some(acceptor(spec.protocol)?),
+            true => Some(Arc::new(parking_lot::RwLock::new(acceptor(spec.protocol)?))),
             false => None,
         };
         sockets.push((listener, spec.clone(), addr, tls));
     }
+    let limits = limits::ConnectionLimits::from_config(config);
+    let switches = sockets
+        .iter()
+        .filter_map(|(_, spec, _, tls)| Some((spec.name.clone(), spec.protocol, tls.clone()?)))
+        .collect();
+    let runtime = Arc::new(dynamic::Runtime::new(config, limits.clone(), switches)?);
     let index = specs
         .iter()
         .position(|s| s.name == inter_spec.name)
@@ -182,6 +188,8 @@ pub(super) async fn bind_listeners(config: &BrokerConfig) -> anyhow::Result<Boun
     };
     Ok(Bound {
         sockets,
+        limits,
+        runtime,
         endpoints,
         inter: InterBrokerSide {
             spec: inter_spec,
@@ -408,6 +416,7 @@ pub(super) fn build_api(
         metrics: config
             .metrics_listen
             .map(|_| Arc::new(RequestMetrics::new())),
+        reconfigure: listeners.runtime.clone(),
     };
     let inter = &listeners.inter;
     Arc::new(Broker::new(
@@ -462,6 +471,10 @@ pub(super) fn spawn_jobs(
         jobs.spawn(
             "ACL and quota refresh",
             super::follow_access(state.access.clone(), stop.clone()),
+        );
+        jobs.spawn(
+            "dynamic broker config refresh",
+            super::follow_broker_configs(broker.clone(), stop.clone()),
         );
     }
     jobs.spawn("tier", state.tier.clone().run(stop.clone()));
@@ -567,7 +580,7 @@ pub(super) fn accept(
             .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
         failed_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),
     });
-    let limits = limits::ConnectionLimits::from_config(config);
+    let limits = listeners.limits;
     let mut addrs = Vec::new();
     for ((listener, spec, addr, tls), endpoint) in
         listeners.sockets.into_iter().zip(&listeners.endpoints)

@@ -9,11 +9,10 @@ use crate::common;
 use common::clients;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::tls::certs;
 use common::InProcess;
 use object_store::ObjectStore;
 use rdkafka::config::ClientConfig;
@@ -27,93 +26,6 @@ use strata::manifest::store::{default_url, open, S3Options};
 use strata::manifest::Manifest;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A CA and a certificate signed by it for localhost and 127.0.0.1, usable
-/// by a server and as a client certificate (subject `CN=localhost`).
-struct Certs {
-    _dir: tempfile::TempDir,
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn certs() -> Certs {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n);
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    let (ca, ca_key, cert, key, csr, ext) = (
-        s(&p("ca.pem")),
-        s(&p("ca.key")),
-        s(&p("broker.pem")),
-        s(&p("broker.key")),
-        s(&p("broker.csr")),
-        s(&p("ext")),
-    );
-    std::fs::write(
-        &ext,
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=strata test ca",
-        "-keyout",
-        &ca_key,
-        "-out",
-        &ca,
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        &key,
-        "-out",
-        &csr,
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        &ca,
-        "-CAkey",
-        &ca_key,
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-out",
-        &cert,
-        "-extfile",
-        &ext,
-    ]);
-    Certs {
-        ca: ca.into(),
-        cert: cert.into(),
-        key: key.into(),
-        _dir: dir,
-    }
-}
 
 const COMPACTED: &[(&str, &str)] = &[
     ("cleanup.policy", "compact"),

@@ -20,6 +20,7 @@ mod common;
 
 mod acls_quotas;
 mod bad_input;
+mod broker_configs;
 mod clients_rdkafka;
 mod cluster;
 mod cluster_etcd;
