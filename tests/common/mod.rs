@@ -6,6 +6,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod etcd;
+pub mod scram;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
