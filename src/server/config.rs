@@ -1116,11 +1116,15 @@ mod tests {
     #[test]
     fn every_kafka_name_a_flag_gives_is_reported_by_describe_configs() {
         use clap::CommandFactory;
-        // Kafka takes these as PEM contents; here the flags name files.
-        const NOT_REPORTED: [&str; 3] = [
+        // Kafka takes the first three as PEM contents; here the flags name
+        // files. The secret key is a secret: Kafka reports it as sensitive,
+        // without its value, which this broker's DescribeConfigs cannot say
+        // yet, so it is left out.
+        const NOT_REPORTED: [&str; 4] = [
             "ssl.keystore.certificate.chain",
             "ssl.keystore.key",
             "ssl.truststore.certificates",
+            "delegation.token.secret.key",
         ];
         let reported: Vec<&str> = config(&[])
             .static_configs()
