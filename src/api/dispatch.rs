@@ -46,9 +46,9 @@ use super::quotas::{RequestMeter, Throttled};
 use crate::principal::Principal;
 
 use super::{
-    acls, config_resources, configs, consumer_groups, fetch, groups, log_dirs, metadata, offsets,
-    partitions, produce, producer_id, producers, quorum, quotas, scram_credentials, topics,
-    transactions, txn_markers, versions, Broker, Reply,
+    acls, config_resources, configs, consumer_groups, delegation_tokens, fetch, groups, log_dirs,
+    metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
+    scram_credentials, topics, transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub(super) struct Api {
@@ -76,6 +76,8 @@ pub(crate) struct Ctx<'a> {
     /// The name of the listener the request came through: broker endpoints
     /// in responses are that listener's.
     pub listener: &'a str,
+    /// Whether delegation token requests may be served on this connection.
+    pub delegation_tokens_allowed: bool,
     /// The connection's mute, which a throttled response extends.
     pub mute: &'a Arc<super::Mute>,
 }
@@ -198,6 +200,10 @@ pub(super) const APIS: &[Api] = &[
     scram_credentials::SASL_AUTHENTICATE,
     scram_credentials::DESCRIBE_USER_SCRAM_CREDENTIALS,
     scram_credentials::ALTER_USER_SCRAM_CREDENTIALS,
+    delegation_tokens::CREATE_DELEGATION_TOKEN,
+    delegation_tokens::RENEW_DELEGATION_TOKEN,
+    delegation_tokens::EXPIRE_DELEGATION_TOKEN,
+    delegation_tokens::DESCRIBE_DELEGATION_TOKEN,
 ];
 
 /// The entry serving `key` at `version`, if any.

@@ -19,6 +19,7 @@ pub(crate) mod broker_configs;
 mod config_resources;
 mod configs;
 mod consumer_groups;
+mod delegation_tokens;
 mod dispatch;
 mod error;
 mod fetch;
@@ -133,6 +134,8 @@ pub(crate) struct Broker {
     pub endpoints: Vec<crate::cluster::Endpoint>,
     /// SCRAM credentials (SASL PLAIN checks them too).
     pub credentials: Arc<crate::auth::credentials::Credentials>,
+    /// Delegation tokens.
+    pub tokens: Arc<crate::auth::tokens::Tokens>,
     /// How this broker's own requests reach other brokers.
     pub inter_broker: Arc<InterBroker>,
     /// KIP-227 fetch sessions of this broker's consumers.
@@ -170,8 +173,23 @@ pub(crate) struct Listeners {
     /// Every listener's advertised endpoint, the first one's is `host:port`.
     pub endpoints: Vec<crate::cluster::Endpoint>,
     pub credentials: Arc<crate::auth::credentials::Credentials>,
+    /// Delegation tokens.
+    pub tokens: Arc<crate::auth::tokens::Tokens>,
     /// How this broker's own requests reach other brokers.
     pub inter_broker: Arc<InterBroker>,
+}
+
+/// Who sends a connection's requests, and through what.
+#[derive(Clone, Copy)]
+pub(crate) struct Session<'a> {
+    pub principal: &'a Principal,
+    /// The peer's IP address.
+    pub client_host: &'a str,
+    /// The listener's name.
+    pub listener: &'a str,
+    /// Kafka refuses delegation token requests on PLAINTEXT, 1-way SSL and
+    /// token-authenticated connections.
+    pub delegation_tokens_allowed: bool,
 }
 
 /// Whether this broker answers for a partition.
@@ -250,6 +268,7 @@ impl Broker {
             cluster,
             endpoints: listeners.endpoints,
             credentials: listeners.credentials,
+            tokens: listeners.tokens,
             inter_broker: listeners.inter_broker,
             fetch_sessions: fetch_session::FetchSessions::new(
                 fetch_session::CACHE_SLOTS,
@@ -276,15 +295,19 @@ impl Broker {
         producer_id::source(catalog, cluster)
     }
 
-    /// Handles one request frame (without its length prefix) from `client_host`.
+    /// Handles one request frame (without its length prefix) of a session.
     pub(crate) fn handle_frame(
         self: &Arc<Self>,
         frame: Bytes,
-        client_host: &str,
-        principal: &Principal,
-        listener: &str,
+        session: &Session<'_>,
         mute: &Arc<Mute>,
     ) -> Result<Reply, FrameError> {
+        let Session {
+            principal,
+            client_host,
+            listener,
+            delegation_tokens_allowed,
+        } = *session;
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
         }
@@ -319,6 +342,7 @@ impl Broker {
             response_header_version: key.response_header_version(version),
             principal,
             listener,
+            delegation_tokens_allowed,
             mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)

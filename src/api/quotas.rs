@@ -175,7 +175,8 @@ throttled!(
     DescribeTransactionsResponse, ListTransactionsResponse, DescribeClientQuotasResponse,
     AlterClientQuotasResponse, DescribeTopicPartitionsResponse, ConsumerGroupHeartbeatResponse,
     ConsumerGroupDescribeResponse, DescribeProducersResponse, DescribeUserScramCredentialsResponse,
-    AlterUserScramCredentialsResponse, ListConfigResourcesResponse;
+    AlterUserScramCredentialsResponse, ListConfigResourcesResponse, CreateDelegationTokenResponse,
+    RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

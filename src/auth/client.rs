@@ -75,7 +75,7 @@ impl ClientExchange {
 mod tests {
     use super::*;
     use crate::auth::credentials::{Change, Credentials};
-    use crate::auth::sasl::{Exchange, Step};
+    use crate::auth::sasl::{Exchange, Secrets, Step};
     use crate::auth::scram::Credential;
     use std::sync::Arc;
 
@@ -91,12 +91,13 @@ mod tests {
     async fn run(login: &SaslLogin, creds: &Arc<Credentials>) -> Result<String, AuthError> {
         let mut server = Exchange::start(&login.mechanism).unwrap();
         let (mut client, mut token) = login.start("client-nonce").unwrap();
+        let secrets = Secrets::without_tokens(creds.clone()).await;
         loop {
-            match server.step(creds, &token).await? {
+            match server.step(&secrets, &token).await? {
                 Step::Challenge(c) => {
                     token = client.step(&c)?.expect("the client expects more");
                 }
-                Step::Done { token, user } => {
+                Step::Done { token, user, .. } => {
                     assert!(client.step(&token)?.is_none());
                     return Ok(user);
                 }

@@ -12,12 +12,15 @@
 //! (`credentials`); PLAIN is checked against those same credentials, so one
 //! `kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[password=...]'`
 //! gives a user both mechanisms and no password is ever stored.
+//! Delegation tokens (`tokens`) are SCRAM credentials too, derived from a
+//! token's HMAC when a client names one with `tokenauth=true`.
 
 pub(crate) mod client;
 pub(crate) mod credentials;
 pub(crate) mod sasl;
 pub(crate) mod scram;
 pub(crate) mod tls;
+pub(crate) mod tokens;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {

@@ -6,6 +6,10 @@
 //! never holds a clear password, and a user can use PLAIN as soon as any
 //! SCRAM credential is set for it (SCRAM-SHA-512 is tried first).
 //!
+//! SCRAM with the extension `tokenauth=true` authenticates a delegation
+//! token instead (`tokens`): the user name is the token id, the password
+//! the token's HMAC, and the session's principal is the token's owner.
+//!
 //! An unknown user fails like a wrong password. For SCRAM the exchange goes
 //! on with a made-up credential and fails at the proof, so a client cannot
 //! tell which user names exist (RFC 5802 section 5.1).
@@ -14,6 +18,7 @@ use std::sync::Arc;
 
 use super::credentials::Credentials;
 use super::scram::{ClientFirst, Credential, Mechanism, ServerExchange};
+use super::tokens::Tokens;
 use super::AuthError;
 
 pub(crate) const PLAIN: &str = "PLAIN";
@@ -25,7 +30,43 @@ pub(crate) enum Step {
     /// Send this token and wait for the client's next one.
     Challenge(Vec<u8>),
     /// Authenticated as `user`; send the final token.
-    Done { token: Vec<u8>, user: String },
+    Done {
+        token: Vec<u8>,
+        user: String,
+        /// With a delegation token: its expiry (ms since the epoch).
+        delegation: Option<i64>,
+    },
+}
+
+/// Where the exchanges look credentials up.
+pub(crate) struct Secrets {
+    pub credentials: Arc<Credentials>,
+    pub tokens: Arc<Tokens>,
+}
+
+#[cfg(test)]
+impl Secrets {
+    /// The credentials, and no delegation tokens (no secret key).
+    pub(crate) async fn without_tokens(credentials: Arc<Credentials>) -> Secrets {
+        let settings = super::tokens::TokenSettings {
+            secret_key: None,
+            max_lifetime_ms: 1,
+            expiry_time_ms: 1,
+        };
+        let store = Arc::new(object_store::memory::InMemory::new());
+        let tokens = Tokens::open_store(
+            store,
+            settings,
+            crate::clock::system(),
+            Arc::new(crate::clock::SeededRandom::new(0)),
+        )
+        .await
+        .expect("an empty store opens");
+        Secrets {
+            credentials,
+            tokens: Arc::new(tokens),
+        }
+    }
 }
 
 /// One authentication in progress.
@@ -34,9 +75,12 @@ pub(crate) enum Exchange {
     ScramFirst(Mechanism),
     ScramFinal {
         exchange: Box<ServerExchange>,
+        /// Whom the session is for: the user, or a token's owner.
         user: String,
         /// The user has no credential: fail at the proof.
         unknown: bool,
+        /// A delegation token's expiry.
+        delegation: Option<i64>,
     },
     Finished,
 }
@@ -53,9 +97,10 @@ impl Exchange {
     /// Feeds the client's next token.
     pub(crate) async fn step(
         &mut self,
-        credentials: &Arc<Credentials>,
+        secrets: &Secrets,
         token: &[u8],
     ) -> Result<Step, AuthError> {
+        let credentials = &secrets.credentials;
         match std::mem::replace(self, Exchange::Finished) {
             Exchange::Plain => {
                 let (user, password) = parse_plain(token)?;
@@ -77,6 +122,7 @@ impl Exchange {
                     Ok(Step::Done {
                         token: Vec::new(),
                         user,
+                        delegation: None,
                     })
                 } else {
                     Err(AuthError::Failed(format!(
@@ -86,8 +132,23 @@ impl Exchange {
             }
             Exchange::ScramFirst(m) => {
                 let first = ClientFirst::parse(token)?;
-                let user = first.user.clone();
-                let found = credentials.user(&user).await?.get(m.name()).cloned();
+                let (found, user, delegation) = if first.token_auth() {
+                    // Kafka's ScramSaslServer: the token's owner is the session's user.
+                    match secrets
+                        .tokens
+                        .scram_credential(&first.user, m, random_bytes())
+                        .await
+                        .map_err(|e| AuthError::Store(e.to_string()))?
+                    {
+                        Some((info, credential)) => {
+                            (Some(credential), info.owner().name, Some(info.expiry_ms))
+                        }
+                        None => (None, first.user.clone(), None),
+                    }
+                } else {
+                    let found = credentials.user(&first.user).await?.get(m.name()).cloned();
+                    (found, first.user.clone(), None)
+                };
                 let unknown = found.is_none();
                 let credential = found.unwrap_or_else(|| Credential {
                     salt: random_bytes(),
@@ -101,6 +162,7 @@ impl Exchange {
                     exchange: Box::new(exchange),
                     user,
                     unknown,
+                    delegation,
                 };
                 Ok(Step::Challenge(challenge))
             }
@@ -108,6 +170,7 @@ impl Exchange {
                 exchange,
                 user,
                 unknown,
+                delegation,
             } => {
                 let token = exchange
                     .finish(token)
@@ -115,7 +178,11 @@ impl Exchange {
                 if unknown {
                     return Err(AuthError::Failed(format!("invalid credentials for {user}")));
                 }
-                Ok(Step::Done { token, user })
+                Ok(Step::Done {
+                    token,
+                    user,
+                    delegation,
+                })
             }
             Exchange::Finished => Err(AuthError::Malformed("authentication already finished")),
         }
@@ -160,15 +227,31 @@ mod tests {
     use crate::auth::credentials::Change;
     use crate::auth::scram::client::Client;
 
-    async fn store_with_alice() -> Arc<Credentials> {
+    async fn store_with_alice() -> Secrets {
         let store = Arc::new(object_store::memory::InMemory::new());
-        let creds = Arc::new(Credentials::open_store(store).await.unwrap());
+        let creds = Arc::new(Credentials::open_store(store.clone()).await.unwrap());
         let c = Credential::from_password(Mechanism::Sha512, "secret", b"NaCl", 4096);
         creds
             .alter(vec![("alice".into(), Change::Upsert(Mechanism::Sha512, c))])
             .await
             .unwrap();
-        creds
+        let settings = crate::auth::tokens::TokenSettings {
+            secret_key: Some("key".into()),
+            max_lifetime_ms: 3_600_000,
+            expiry_time_ms: 3_600_000,
+        };
+        let tokens = Tokens::open_store(
+            store,
+            settings,
+            crate::clock::system(),
+            Arc::new(crate::clock::SeededRandom::new(1)),
+        )
+        .await
+        .unwrap();
+        Secrets {
+            credentials: creds,
+            tokens: Arc::new(tokens),
+        }
     }
 
     #[tokio::test]
@@ -203,7 +286,7 @@ mod tests {
             };
             let got = ex.step(&creds, &client.last(&server_first).unwrap()).await;
             match got {
-                Ok(Step::Done { user: u, token }) => {
+                Ok(Step::Done { user: u, token, .. }) => {
                     assert!(ok);
                     assert_eq!(u, user);
                     assert!(token.starts_with(b"v="));
@@ -219,5 +302,68 @@ mod tests {
             panic!()
         };
         assert!(ex.step(&creds, &client.last(&sf).unwrap()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_delegation_token_authenticates_as_its_owner_only_with_tokenauth() {
+        use crate::auth::tokens::{password, CreateRequest};
+        let secrets = store_with_alice().await;
+        let created = secrets
+            .tokens
+            .create(CreateRequest {
+                requester: crate::principal::Principal::user("alice"),
+                owner: Some(crate::principal::Principal::user("carol")),
+                renewers: vec![],
+                max_lifetime_ms: 0,
+            })
+            .await
+            .unwrap();
+        let id = created.info.token_id.clone();
+        let pw = password(&created.hmac);
+        for m in Mechanism::ALL {
+            for (tokenauth, password, ok) in [
+                (true, pw.as_str(), true),
+                (true, "wrong", false),
+                (false, pw.as_str(), false),
+            ] {
+                let mut ex = Exchange::start(m.name()).unwrap();
+                let (mut client, first) = if tokenauth {
+                    Client::first_with_extensions(m, &id, password, "cn", "tokenauth=true")
+                } else {
+                    Client::first(m, &id, password, "cn")
+                };
+                let Ok(Step::Challenge(sf)) = ex.step(&secrets, &first).await else {
+                    panic!("no challenge")
+                };
+                let got = ex.step(&secrets, &client.last(&sf).unwrap()).await;
+                match got {
+                    Ok(Step::Done {
+                        user, delegation, ..
+                    }) => {
+                        assert!(ok, "{m:?} {tokenauth} {password}");
+                        assert_eq!(user, "carol");
+                        assert_eq!(delegation, Some(created.info.expiry_ms));
+                    }
+                    _ => assert!(!ok, "{m:?} {tokenauth} {password} refused"),
+                }
+            }
+        }
+        // An expired-at-once token authenticates no more.
+        secrets
+            .tokens
+            .expire(
+                &created.hmac,
+                &crate::principal::Principal::user("carol"),
+                -1,
+            )
+            .await
+            .unwrap();
+        let mut ex = Exchange::start("SCRAM-SHA-256").unwrap();
+        let (mut client, first) =
+            Client::first_with_extensions(Mechanism::Sha256, &id, &pw, "cn", "tokenauth=true");
+        let Ok(Step::Challenge(sf)) = ex.step(&secrets, &first).await else {
+            panic!()
+        };
+        assert!(ex.step(&secrets, &client.last(&sf).unwrap()).await.is_err());
     }
 }

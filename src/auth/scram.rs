@@ -201,11 +201,21 @@ fn attributes(message: &str) -> Result<Vec<(char, &str)>, AuthError> {
 pub(crate) struct ClientFirst {
     pub user: String,
     pub nonce: String,
+    /// SCRAM extensions, in order.
+    pub extensions: Vec<(String, String)>,
     /// The message without its GS2 header, which the proof covers.
     bare: String,
 }
 
 impl ClientFirst {
+    /// Whether the client authenticates with a delegation token
+    /// (`tokenauth=true`, case-insensitive as in Kafka's ScramExtensions).
+    pub(crate) fn token_auth(&self) -> bool {
+        self.extensions
+            .iter()
+            .any(|(k, v)| k == "tokenauth" && v.eq_ignore_ascii_case("true"))
+    }
+
     pub(crate) fn parse(message: &[u8]) -> Result<ClientFirst, AuthError> {
         let message =
             std::str::from_utf8(message).map_err(|_| AuthError::Malformed("not UTF-8"))?;
@@ -220,19 +230,33 @@ impl ClientFirst {
             // "p=": channel binding, which Kafka does not offer either.
             return Err(AuthError::Malformed("channel binding is not supported"));
         }
-        let attrs = attributes(bare)?;
-        let mut attrs = attrs.iter();
-        let user = match attrs.next() {
-            Some(('n', v)) => decode_saslname(v)?,
-            _ => return Err(AuthError::Malformed("no user name")),
+        let mut parts = bare.split(',');
+        let user = match parts.next().and_then(|p| p.strip_prefix("n=")) {
+            Some(v) => decode_saslname(v)?,
+            None => return Err(AuthError::Malformed("no user name")),
         };
-        let nonce = match attrs.next() {
-            Some(('r', v)) if !v.is_empty() => v.to_string(),
+        let nonce = match parts.next().and_then(|p| p.strip_prefix("r=")) {
+            Some(v) if !v.is_empty() => v.to_string(),
             _ => return Err(AuthError::Malformed("no client nonce")),
         };
+        // Kafka's SCRAM extensions (KIP-48): `key=value` after the nonce,
+        // keys of word characters; `tokenauth=true` names a delegation token.
+        let mut extensions = Vec::new();
+        for part in parts {
+            match part.split_once('=') {
+                Some((k, v))
+                    if !k.is_empty()
+                        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+                {
+                    extensions.push((k.to_string(), v.to_string()))
+                }
+                _ => return Err(AuthError::Malformed("bad SCRAM extension")),
+            }
+        }
         Ok(ClientFirst {
             user,
             nonce,
+            extensions,
             bare: bare.to_string(),
         })
     }
@@ -336,8 +360,24 @@ pub(crate) mod client {
             password: &str,
             nonce: &str,
         ) -> (Client, Vec<u8>) {
+            Client::first_with_extensions(mechanism, user, password, nonce, "")
+        }
+
+        /// The client-first message with SCRAM extensions
+        /// (`tokenauth=true` for a delegation token), `key=value,...`.
+        pub fn first_with_extensions(
+            mechanism: Mechanism,
+            user: &str,
+            password: &str,
+            nonce: &str,
+            extensions: &str,
+        ) -> (Client, Vec<u8>) {
             let name = user.replace('=', "=3D").replace(',', "=2C");
-            let first_bare = format!("n={name},r={nonce}");
+            let mut first_bare = format!("n={name},r={nonce}");
+            if !extensions.is_empty() {
+                first_bare.push(',');
+                first_bare.push_str(extensions);
+            }
             let msg = format!("n,,{first_bare}").into_bytes();
             (
                 Client {
@@ -503,12 +543,22 @@ mod tests {
     fn escaped_user_names_and_bad_messages() {
         let first = ClientFirst::parse(b"n,,n=a=2Cb=3Dc,r=x").unwrap();
         assert_eq!(first.user, "a,b=c");
+        assert!(!first.token_auth());
+        let token = ClientFirst::parse(b"n,,n=tok,r=x,tokenauth=TRUE,other=").unwrap();
+        assert!(token.token_auth());
+        assert_eq!(token.extensions.len(), 2);
+        assert!(!ClientFirst::parse(b"n,,n=t,r=x,tokenauth=false")
+            .unwrap()
+            .token_auth());
         for bad in [
             &b"n,,n=a=2,r=x"[..],
             b"p=tls,,n=a,r=x",
             b"n,,r=x",
             b"",
             b"n,,n=a",
+            b"n,,n=a,r=x,=v",
+            b"n,,n=a,r=x,noequals",
+            b"n,,n=a,r=x,t-k=v",
             b"\xff",
         ] {
             assert!(ClientFirst::parse(bad).is_err(), "{bad:?}");

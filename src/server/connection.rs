@@ -37,9 +37,8 @@ use tokio::time::Instant;
 use super::config::SecurityProtocol;
 use super::frame::FrameReader;
 use crate::api::metrics::RequestMetrics;
-use crate::api::{Broker, Encoder, FrameError, Mute, Reply};
-use crate::auth::credentials::Credentials;
-use crate::auth::sasl::{Exchange, Step};
+use crate::api::{Broker, Encoder, FrameError, Mute, Reply, Session};
+use crate::auth::sasl::{Exchange, Secrets, Step};
 use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
@@ -92,7 +91,8 @@ pub(super) struct Listener {
 
 pub(super) struct SaslSettings {
     pub mechanisms: Vec<String>,
-    pub credentials: Arc<Credentials>,
+    /// SCRAM credentials and delegation tokens.
+    pub secrets: Secrets,
     /// KIP-368 session lifetime.
     pub max_reauth: Option<Duration>,
     pub failed_delay: Duration,
@@ -207,7 +207,10 @@ async fn serve<R, W>(
     let sasl = listener.protocol.sasl();
     let mut auth = if sasl { Auth::Handshake } else { Auth::Open };
     let mut authenticated: Option<Principal> = None;
+    // Whether the session authenticated with a delegation token.
+    let mut by_token = false;
     let mut expires: Option<Instant> = None;
+    let mut lifetime: Option<Duration> = None;
     let mute = Arc::new(Mute::default());
     loop {
         // A throttled client's next request waits out its throttle (KIP-219).
@@ -244,7 +247,10 @@ async fn serve<R, W>(
             settings: &listener.sasl,
             auth: &mut auth,
             authenticated: &mut authenticated,
+            by_token: &mut by_token,
             expires: &mut expires,
+            lifetime: &mut lifetime,
+            now_ms: broker.clock.now_ms(),
         };
         let reply = if sasl {
             match sasl_cx.intercept(frame.clone()).await {
@@ -270,7 +276,17 @@ async fn serve<R, W>(
         let (reply, close) = match reply {
             Some(r) => r,
             None => {
-                match broker.handle_frame(frame, &client_host, &principal, &listener.name, &mute) {
+                let session = Session {
+                    principal: &principal,
+                    client_host: &client_host,
+                    listener: &listener.name,
+                    delegation_tokens_allowed: delegation_tokens_allowed(
+                        listener.protocol,
+                        &principal,
+                        by_token,
+                    ),
+                };
+                match broker.handle_frame(frame, &session, &mute) {
                     Ok(reply) => (reply, false),
                     Err(e) => {
                         if let (Some(m), Some((key, version))) = (&open.0, api) {
@@ -309,7 +325,27 @@ struct SaslCx<'a> {
     settings: &'a SaslSettings,
     auth: &'a mut Auth,
     authenticated: &'a mut Option<Principal>,
+    by_token: &'a mut bool,
     expires: &'a mut Option<Instant>,
+    /// The session lifetime the last authentication granted.
+    lifetime: &'a mut Option<Duration>,
+    /// Wall-clock time, to which a token's expiry is compared.
+    now_ms: i64,
+}
+
+/// Kafka's KafkaApis.allowTokenRequests: delegation token requests are
+/// refused on PLAINTEXT, on SSL without a client certificate, and on
+/// connections that authenticated with a token.
+fn delegation_tokens_allowed(
+    protocol: SecurityProtocol,
+    principal: &Principal,
+    by_token: bool,
+) -> bool {
+    match protocol {
+        SecurityProtocol::Plaintext => false,
+        SecurityProtocol::Ssl => principal.name != Principal::ANONYMOUS,
+        SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => !by_token,
+    }
 }
 
 fn ready(frame: Option<Bytes>) -> Reply {
@@ -408,9 +444,13 @@ impl SaslCx<'_> {
         let Auth::Exchanging { exchange, .. } = &mut *self.auth else {
             return Err("no exchange".into());
         };
-        match exchange.step(&self.settings.credentials, token).await {
+        match exchange.step(&self.settings.secrets, token).await {
             Ok(Step::Challenge(t)) => Ok((t, false)),
-            Ok(Step::Done { token, user }) => {
+            Ok(Step::Done {
+                token,
+                user,
+                delegation,
+            }) => {
                 let principal = Principal::user(user);
                 if let Some(before) = &*self.authenticated {
                     if *before != principal {
@@ -420,8 +460,18 @@ impl SaslCx<'_> {
                     }
                 }
                 *self.authenticated = Some(principal);
+                *self.by_token = delegation.is_some();
                 *self.auth = Auth::Open;
-                *self.expires = self.settings.max_reauth.map(|d| Instant::now() + d);
+                // As Kafka: a token's session ends no later than the token.
+                let until_token = delegation.map(|expiry| {
+                    Duration::from_millis(expiry.saturating_sub(self.now_ms).max(0) as u64)
+                });
+                let lifetime = self
+                    .settings
+                    .max_reauth
+                    .map(|d| until_token.map_or(d, |t| t.min(d)));
+                *self.lifetime = lifetime;
+                *self.expires = lifetime.map(|d| Instant::now() + d);
                 Ok((token, true))
             }
             Err(e) => Err(e.to_string()),
@@ -447,7 +497,7 @@ impl SaslCx<'_> {
             Ok((token, done)) => {
                 let mut resp = SaslAuthenticateResponse::default().with_auth_bytes(token.into());
                 if done {
-                    if let Some(d) = self.settings.max_reauth {
+                    if let Some(d) = *self.lifetime {
                         resp = resp.with_session_lifetime_ms(d.as_millis() as i64);
                     }
                 }

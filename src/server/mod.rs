@@ -493,6 +493,28 @@ async fn run_txn_timers(
     }
 }
 
+/// delegation.token.expiry.check.interval.ms: removes expired tokens. In a
+/// cluster every broker runs it; a removal is conditional on the token not
+/// having changed since it was read, so two brokers never undo a renewal.
+async fn remove_expired_tokens(
+    tokens: Arc<crate::auth::tokens::Tokens>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {
+                if let Err(e) = tokens.remove_expired().await {
+                    tracing::warn!(error = %e, "could not remove expired delegation tokens");
+                }
+            }
+        }
+    }
+}
+
 /// Cluster mode: rereads the ACLs and quotas other brokers change.
 async fn follow_access(access: Arc<Access>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);

@@ -33,7 +33,7 @@ use super::{connection, data_dir, http, limits};
 use crate::access::Access;
 use crate::api::metrics::RequestMetrics;
 use crate::api::{ApiSettings, Broker, InterBroker, Listeners, Services};
-use crate::auth::{self, credentials::Credentials};
+use crate::auth::{self, credentials::Credentials, tokens::Tokens};
 use crate::catalog::{Catalog, CatalogSettings, HeadSinks};
 use crate::clock::{SharedClock, SharedRandom};
 use crate::cluster::Endpoint;
@@ -230,6 +230,7 @@ pub(super) struct State {
     pub tier: Arc<Tier>,
     pub access: Arc<Access>,
     pub credentials: Arc<Credentials>,
+    pub tokens: Arc<Tokens>,
 }
 
 pub(super) async fn open_state(
@@ -246,6 +247,28 @@ pub(super) async fn open_state(
             Credentials::open_etcd(etcd.client(), &etcd.keys().root())
         }
         None => Credentials::open_store(store.clone()).await?,
+    });
+    // Delegation tokens are kept where the SCRAM credentials are.
+    let tokens = Arc::new(match joined {
+        Some(j) => {
+            let etcd = j.node.member().etcd();
+            Tokens::open_etcd(
+                etcd.client(),
+                &etcd.keys().root(),
+                config.delegation_tokens(),
+                clock.clone(),
+                random.clone(),
+            )
+        }
+        None => {
+            Tokens::open_store(
+                store.clone(),
+                config.delegation_tokens(),
+                clock.clone(),
+                random.clone(),
+            )
+            .await?
+        }
     });
     super::add_scram_users(&credentials, &config.add_scram, random.as_ref()).await?;
     if let Some(login) = &listeners.inter.login {
@@ -382,6 +405,7 @@ pub(super) async fn open_state(
         tier,
         access,
         credentials,
+        tokens,
     })
 }
 
@@ -425,6 +449,7 @@ pub(super) fn build_api(
         Listeners {
             endpoints: listeners.endpoints.clone(),
             credentials: state.credentials.clone(),
+            tokens: state.tokens.clone(),
             inter_broker: Arc::new(InterBroker::new(
                 inter.spec.name.clone(),
                 inter.tls.clone(),
@@ -546,6 +571,16 @@ pub(super) fn spawn_jobs(
             stop.clone(),
         ),
     );
+    if state.tokens.enabled() {
+        jobs.spawn(
+            "delegation token expiry",
+            super::remove_expired_tokens(
+                state.tokens.clone(),
+                Duration::from_millis(config.delegation_token_expiry_check_interval_ms.max(1)),
+                stop.clone(),
+            ),
+        );
+    }
     let retention_check = Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
     jobs.spawn(
         "group timers",
@@ -575,7 +610,10 @@ pub(super) fn accept(
 ) -> (SocketAddr, Vec<(String, SocketAddr)>) {
     let sasl = Arc::new(connection::SaslSettings {
         mechanisms: config.sasl_enabled_mechanisms.clone(),
-        credentials: broker.credentials.clone(),
+        secrets: crate::auth::sasl::Secrets {
+            credentials: broker.credentials.clone(),
+            tokens: broker.tokens.clone(),
+        },
         max_reauth: (config.connections_max_reauth_ms > 0)
             .then(|| Duration::from_millis(config.connections_max_reauth_ms)),
         failed_delay: Duration::from_millis(config.connection_failed_authentication_delay_ms),

@@ -6,6 +6,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod etcd;
+pub mod scram;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -33,6 +33,7 @@ mod connection_limits;
 mod consumer_groups;
 mod consumer_protocol;
 mod crash_recovery;
+mod delegation_tokens;
 mod fetch_sessions;
 mod group_protocol;
 mod inter_broker;
