@@ -214,14 +214,15 @@ def test_idempotent_pipelined_producer_then_subscribed_consumer(bootstrap, topic
 
 
 def test_admin_apis_operators_use(bootstrap, topic_name):
-    """kafka-python 3.0 infers Kafka 4.0 from the advertised API versions and
-    gets answers from the admin APIs it exposes."""
+    """kafka-python 3.0 infers its newest known release, 4.3, from the advertised
+    API versions (DescribeLogDirs v5 is its marker) and gets answers from the
+    admin APIs it exposes."""
     from kafka.admin import ConfigResource, ConfigResourceType
     admin = admin_client(bootstrap)
     try:
         create_topic(admin, topic_name, partitions=3)
         (node,) = [b["broker_id"] for b in admin.describe_cluster()["brokers"]]
-        assert admin.get_broker_version_data(node).broker_version == (4, 0)
+        assert admin.get_broker_version_data(node).broker_version == (4, 3)
 
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, str(node))],
                                          config_filter="all")["broker"][str(node)]

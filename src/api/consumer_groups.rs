@@ -18,7 +18,7 @@ use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
 use crate::coordinator::consumer::HeartbeatParams;
-use crate::coordinator::{CoordinatorError, NamedAssignment};
+use crate::coordinator::{CoordinatorError, NamedAssignment, NotDescribed};
 
 pub(super) const CONSUMER_GROUP_HEARTBEAT: Api = api!(
     ConsumerGroupHeartbeatRequest,
@@ -168,8 +168,14 @@ pub(super) fn consumer_group_describe(
             match broker.coordinator.consumer_describe(id.as_str()) {
                 Err(e) => {
                     let message = match &e {
+                        // Kafka's two messages: no group at all, or a classic one.
                         CoordinatorError::GroupIdNotFound => {
-                            format!("Group {} is not a consumer group.", id.as_str())
+                            match broker.coordinator.describe(id.as_str()) {
+                                Err(NotDescribed::NotFound) => {
+                                    format!("Group {} not found.", id.as_str())
+                                }
+                                _ => format!("Group {} is not a consumer group.", id.as_str()),
+                            }
                         }
                         other => other.to_string(),
                     };

@@ -227,7 +227,9 @@ class ConsumerGroupsCliTest {
     assertFalse(list2.lines().contains(g), "--list still shows deleted group: " + list2);
     assertEquals(Map.of(), committed(g), "offsets of a deleted group");
     Result gone = cgc("--describe", "--group", g);
-    assertTrue((gone.out() + gone.err()).contains("does not exist"), "describe of a deleted group: " + gone);
+    // DescribeGroups v6 (KIP-1043): a missing group is GROUP_ID_NOT_FOUND, which the tool reports
+    assertTrue((gone.out() + gone.err()).contains("GroupIdNotFoundException: Group " + g + " not found."),
+        "describe of a deleted group: " + gone);
   }
 
   static void assertRow(Map<String, String> row, String g, String current, String end, String lag, Result r) {
