@@ -27,7 +27,8 @@ use super::dispatch::{api, Api, Ctx};
 use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::{Operation, ResourceType};
-use crate::auth::tokens::{CreateRequest, TokenError};
+use crate::auth::tokens::CreateRequest;
+use crate::auth::AuthError;
 use crate::principal::Principal;
 
 pub(super) const CREATE_DELEGATION_TOKEN: Api = api!(
@@ -59,15 +60,15 @@ error_codes! {
 }
 
 /// Kafka's error code for a token rule's refusal.
-fn code(e: &TokenError) -> i16 {
+fn code(e: &AuthError) -> i16 {
     let error = match e {
-        TokenError::Disabled => ResponseError::DelegationTokenAuthDisabled,
-        TokenError::NotFound => ResponseError::DelegationTokenNotFound,
-        TokenError::Expired => ResponseError::DelegationTokenExpired,
-        TokenError::OwnerMismatch(_) => ResponseError::DelegationTokenOwnerMismatch,
-        TokenError::InvalidPrincipalType(_) => ResponseError::InvalidPrincipalType,
-        TokenError::Store(why) => {
-            tracing::warn!(error = %why, "delegation token request failed");
+        AuthError::TokensDisabled => ResponseError::DelegationTokenAuthDisabled,
+        AuthError::TokenNotFound => ResponseError::DelegationTokenNotFound,
+        AuthError::TokenExpired => ResponseError::DelegationTokenExpired,
+        AuthError::TokenOwnerMismatch(_) => ResponseError::DelegationTokenOwnerMismatch,
+        AuthError::InvalidPrincipalType(_) => ResponseError::InvalidPrincipalType,
+        e => {
+            tracing::warn!(error = %e, "delegation token request failed");
             ResponseError::UnknownServerError
         }
     };

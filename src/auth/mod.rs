@@ -22,7 +22,7 @@ pub(crate) mod scram;
 pub(crate) mod tls;
 pub(crate) mod tokens;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AuthError {
     /// The client sent something the mechanism does not allow.
     #[error("malformed SASL message: {0}")]
@@ -34,4 +34,14 @@ pub enum AuthError {
     Tls(String),
     #[error("credential store: {0}")]
     Store(String),
+    #[error("delegation tokens are disabled (no delegation.token.secret.key)")]
+    TokensDisabled,
+    #[error("no delegation token has this HMAC")]
+    TokenNotFound,
+    #[error("the delegation token has expired")]
+    TokenExpired,
+    #[error("{0} is neither the owner nor a renewer of the token")]
+    TokenOwnerMismatch(String),
+    #[error("renewers must be User principals, not {0}")]
+    InvalidPrincipalType(String),
 }

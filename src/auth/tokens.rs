@@ -33,6 +33,7 @@ use sha2::Sha512;
 use subtle::ConstantTimeEq;
 
 use super::scram::{Credential, Mechanism, MIN_ITERATIONS};
+use super::AuthError;
 use crate::clock::{SharedClock, SharedRandom};
 use crate::principal::Principal;
 
@@ -54,24 +55,8 @@ pub(crate) struct TokenSettings {
     pub expiry_time_ms: i64,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum TokenError {
-    #[error("delegation tokens are disabled (no delegation.token.secret.key)")]
-    Disabled,
-    #[error("no delegation token has this HMAC")]
-    NotFound,
-    #[error("the delegation token has expired")]
-    Expired,
-    #[error("{0} is neither the owner nor a renewer of the token")]
-    OwnerMismatch(String),
-    #[error("renewers must be User principals, not {0}")]
-    InvalidPrincipalType(String),
-    #[error("delegation token store: {0}")]
-    Store(String),
-}
-
-fn store_err(e: impl std::fmt::Display) -> TokenError {
-    TokenError::Store(e.to_string())
+fn store_err(e: impl std::fmt::Display) -> AuthError {
+    AuthError::Store(e.to_string())
 }
 
 /// One token as it is stored (Kafka's TokenInformation). Principals are in
@@ -195,7 +180,7 @@ impl Tokens {
         settings: TokenSettings,
         clock: SharedClock,
         random: SharedRandom,
-    ) -> Result<Tokens, TokenError> {
+    ) -> Result<Tokens, AuthError> {
         let cache = match store.get(&Path::from(STORE_KEY)).await {
             Ok(got) => {
                 let bytes = got.bytes().await.map_err(store_err)?;
@@ -243,20 +228,20 @@ impl Tokens {
         self.clock.now_ms()
     }
 
-    fn secret(&self) -> Result<&str, TokenError> {
+    fn secret(&self) -> Result<&str, AuthError> {
         self.settings
             .secret_key
             .as_deref()
-            .ok_or(TokenError::Disabled)
+            .ok_or(AuthError::TokensDisabled)
     }
 
     /// The HMAC of a stored token.
-    pub(crate) fn hmac_of(&self, info: &TokenInfo) -> Result<Vec<u8>, TokenError> {
+    pub(crate) fn hmac_of(&self, info: &TokenInfo) -> Result<Vec<u8>, AuthError> {
         Ok(hmac(self.secret()?, &info.token_id))
     }
 
     /// Every token with the etcd revision it was read at (0 in the store).
-    async fn load(&self) -> Result<Vec<(TokenInfo, i64)>, TokenError> {
+    async fn load(&self) -> Result<Vec<(TokenInfo, i64)>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().values().map(|t| (t.clone(), 0)).collect()),
             Backend::Etcd { client, prefix } => {
@@ -265,7 +250,7 @@ impl Tokens {
                 let got =
                     tokio::time::timeout(ETCD_TIMEOUT, client.get(prefix.as_str(), Some(opts)))
                         .await
-                        .map_err(|_| TokenError::Store("etcd timed out".into()))?
+                        .map_err(|_| AuthError::Store("etcd timed out".into()))?
                         .map_err(store_err)?;
                 got.kvs()
                     .iter()
@@ -281,12 +266,12 @@ impl Tokens {
     }
 
     /// Every stored token, expired ones the periodic check has not removed yet included.
-    pub(crate) async fn all(&self) -> Result<Vec<TokenInfo>, TokenError> {
+    pub(crate) async fn all(&self) -> Result<Vec<TokenInfo>, AuthError> {
         Ok(self.load().await?.into_iter().map(|(t, _)| t).collect())
     }
 
     /// One token by id.
-    async fn get(&self, token_id: &str) -> Result<Option<TokenInfo>, TokenError> {
+    async fn get(&self, token_id: &str) -> Result<Option<TokenInfo>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().get(token_id).cloned()),
             Backend::Etcd { client, prefix } => {
@@ -296,7 +281,7 @@ impl Tokens {
                     client.get(format!("{prefix}{token_id}"), None),
                 )
                 .await
-                .map_err(|_| TokenError::Store("etcd timed out".into()))?
+                .map_err(|_| AuthError::Store("etcd timed out".into()))?
                 .map_err(store_err)?;
                 match got.kvs().first() {
                     Some(kv) => Ok(Some(serde_json::from_slice(kv.value()).map_err(store_err)?)),
@@ -308,7 +293,7 @@ impl Tokens {
 
     /// Makes one change durable; in etcd only if the key is still at
     /// `revision` (0: does not exist). False when another broker got there first.
-    async fn apply(&self, write: Write, revision: i64) -> Result<bool, TokenError> {
+    async fn apply(&self, write: Write, revision: i64) -> Result<bool, AuthError> {
         match &self.backend {
             Backend::Store(store) => {
                 let mut all = self.cache.read().clone();
@@ -350,7 +335,7 @@ impl Tokens {
                 let mut client = (**client).clone();
                 let done = tokio::time::timeout(ETCD_TIMEOUT, client.txn(txn))
                     .await
-                    .map_err(|_| TokenError::Store("etcd timed out".into()))?
+                    .map_err(|_| AuthError::Store("etcd timed out".into()))?
                     .map_err(store_err)?;
                 Ok(done.succeeded())
             }
@@ -359,10 +344,10 @@ impl Tokens {
 
     /// CreateDelegationToken: expiry at now + expiry.time.ms, never past
     /// now + the smaller of the request's and the broker's max lifetime.
-    pub(crate) async fn create(&self, req: CreateRequest) -> Result<Created, TokenError> {
+    pub(crate) async fn create(&self, req: CreateRequest) -> Result<Created, AuthError> {
         let secret = self.secret()?.to_string();
         if let Some(bad) = req.renewers.iter().find(|r| r.kind != "User") {
-            return Err(TokenError::InvalidPrincipalType(bad.to_string()));
+            return Err(AuthError::InvalidPrincipalType(bad.to_string()));
         }
         let now = self.now_ms();
         let mut max_lifetime = self.settings.max_lifetime_ms;
@@ -385,7 +370,7 @@ impl Tokens {
         };
         let _serial = self.write.lock().await;
         if !self.apply(Write::Put(info.clone()), 0).await? {
-            return Err(TokenError::Store("token id already taken".into()));
+            return Err(AuthError::Store("token id already taken".into()));
         }
         tracing::info!(
             token = info.token_id,
@@ -397,13 +382,13 @@ impl Tokens {
     }
 
     /// The stored token whose HMAC is `given`, with its revision.
-    async fn by_hmac(&self, given: &[u8]) -> Result<(TokenInfo, i64), TokenError> {
+    async fn by_hmac(&self, given: &[u8]) -> Result<(TokenInfo, i64), AuthError> {
         let secret = self.secret()?;
         self.load()
             .await?
             .into_iter()
             .find(|(t, _)| bool::from(hmac(secret, &t.token_id).ct_eq(given)))
-            .ok_or(TokenError::NotFound)
+            .ok_or(AuthError::TokenNotFound)
     }
 
     /// Finds the token by HMAC, lets `rule` decide, writes what it decided
@@ -411,8 +396,8 @@ impl Tokens {
     async fn modify(
         &self,
         given_hmac: &[u8],
-        rule: impl Fn(&TokenInfo, i64) -> Result<(Write, i64), TokenError>,
-    ) -> Result<i64, TokenError> {
+        rule: impl Fn(&TokenInfo, i64) -> Result<(Write, i64), AuthError>,
+    ) -> Result<i64, AuthError> {
         self.secret()?;
         let _serial = self.write.lock().await;
         for _ in 0..RETRIES {
@@ -422,7 +407,7 @@ impl Tokens {
                 return Ok(answer);
             }
         }
-        Err(TokenError::Store(
+        Err(AuthError::Store(
             "the token kept changing under this request".into(),
         ))
     }
@@ -434,14 +419,14 @@ impl Tokens {
         given_hmac: &[u8],
         renewer: &Principal,
         period_ms: i64,
-    ) -> Result<i64, TokenError> {
+    ) -> Result<i64, AuthError> {
         let default = self.settings.expiry_time_ms;
         self.modify(given_hmac, |token, now| {
             if token.expired(now) {
-                return Err(TokenError::Expired);
+                return Err(AuthError::TokenExpired);
             }
             if !token.may_renew(renewer) {
-                return Err(TokenError::OwnerMismatch(renewer.to_string()));
+                return Err(AuthError::TokenOwnerMismatch(renewer.to_string()));
             }
             let mut lifetime = default;
             if period_ms > 0 {
@@ -465,13 +450,13 @@ impl Tokens {
         given_hmac: &[u8],
         by: &Principal,
         period_ms: i64,
-    ) -> Result<i64, TokenError> {
+    ) -> Result<i64, AuthError> {
         self.modify(given_hmac, |token, now| {
             if token.expired(now) {
-                return Err(TokenError::Expired);
+                return Err(AuthError::TokenExpired);
             }
             if !token.may_renew(by) {
-                return Err(TokenError::OwnerMismatch(by.to_string()));
+                return Err(AuthError::TokenOwnerMismatch(by.to_string()));
             }
             if period_ms < 0 {
                 return Ok((Write::Delete(token.token_id.clone()), period_ms));
@@ -488,7 +473,7 @@ impl Tokens {
 
     /// The periodic check (delegation.token.expiry.check.interval.ms):
     /// removes every token past its expiry or max timestamp; how many.
-    pub(crate) async fn remove_expired(&self) -> Result<usize, TokenError> {
+    pub(crate) async fn remove_expired(&self) -> Result<usize, AuthError> {
         let _serial = self.write.lock().await;
         let now = self.now_ms();
         let mut removed = 0;
@@ -518,7 +503,7 @@ impl Tokens {
         token_id: &str,
         mechanism: Mechanism,
         salt: Vec<u8>,
-    ) -> Result<Option<(TokenInfo, Credential)>, TokenError> {
+    ) -> Result<Option<(TokenInfo, Credential)>, AuthError> {
         let Some(secret) = self.settings.secret_key.clone() else {
             return Ok(None);
         };
@@ -612,7 +597,7 @@ mod tests {
             tokens
                 .renew(&created.hmac, &Principal::user("eve"), HOUR)
                 .await,
-            Err(TokenError::OwnerMismatch("User:eve".into()))
+            Err(AuthError::TokenOwnerMismatch("User:eve".into()))
         );
         clock.advance(Duration::from_secs(1800));
         let renewed = tokens
@@ -626,7 +611,7 @@ mod tests {
         );
         assert_eq!(
             tokens.renew(b"not an hmac", &alice(), HOUR).await,
-            Err(TokenError::NotFound)
+            Err(AuthError::TokenNotFound)
         );
         // The store keeps it, without its HMAC.
         let raw = store
@@ -643,7 +628,7 @@ mod tests {
         clock.advance(Duration::from_millis(2 * HOUR as u64));
         assert_eq!(
             tokens.expire(&created.hmac, &alice(), 0).await,
-            Err(TokenError::Expired)
+            Err(AuthError::TokenExpired)
         );
         assert_eq!(tokens.remove_expired().await.unwrap(), 1);
         assert!(tokens.all().await.unwrap().is_empty());
@@ -666,7 +651,7 @@ mod tests {
         assert!(tokens.all().await.unwrap().is_empty());
         assert_eq!(
             tokens.expire(&t.hmac, &alice(), -1).await,
-            Err(TokenError::NotFound)
+            Err(AuthError::TokenNotFound)
         );
     }
 
@@ -682,11 +667,11 @@ mod tests {
         };
         assert!(matches!(
             tokens.create(req).await,
-            Err(TokenError::Disabled)
+            Err(AuthError::TokensDisabled)
         ));
         assert_eq!(
             tokens.renew(b"x", &alice(), 1).await,
-            Err(TokenError::Disabled)
+            Err(AuthError::TokensDisabled)
         );
     }
 }
