@@ -38,7 +38,7 @@ use crate::catalog::Topic;
 use crate::format::batch;
 use crate::log::Partition;
 
-pub(super) const FETCH: Api = api!(FetchRequest, 4..=17, later(handle_fetch));
+pub(super) const FETCH: Api = api!(FetchRequest, 4..=18, later(handle_fetch));
 
 error_codes! {
     FetchResponse => |r, f| {

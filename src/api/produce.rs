@@ -9,6 +9,10 @@
 //! record fails its whole batch, as in Kafka, and the response names every
 //! offending record by its index in the batch (KIP-467's `record_errors`),
 //! so a client can tell which record was bad.
+//!
+//! From version 13 (KIP-516) a producer names topics by id; the handler
+//! turns ids into names first, so authorization, appends and leader hints
+//! see names as before, and answers each topic under the id it was sent.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,7 +23,7 @@ use kafka_protocol::messages::produce_request::TopicProduceData;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 use super::authorize::{split, TOPIC_DENIED, TXN_ID_DENIED};
@@ -34,7 +38,7 @@ use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LE
 use crate::format::records;
 use crate::log::{LogError, Partition};
 
-pub(super) const PRODUCE: Api = api!(ProduceRequest, 3..=12, later_or_silent(handle_produce));
+pub(super) const PRODUCE: Api = api!(ProduceRequest, 3..=13, later_or_silent(handle_produce));
 
 error_codes! {
     ProduceResponse => |r, f| for t in &r.responses {
@@ -48,7 +52,9 @@ fn handle_produce(
     r: ProduceRequest,
     cx: &Ctx<'_>,
 ) -> impl Future<Output = Option<ProduceResponse>> + Send + 'static {
-    let (r, denied) = authorize_produce(b, cx, r);
+    let (r, unknown_ids) = name_topics(b, r);
+    let (r, mut denied) = authorize_produce(b, cx, r);
+    denied.extend(unknown_ids);
     let throttle = quotas::throttle(
         b,
         cx.principal,
@@ -66,27 +72,47 @@ fn handle_produce(
     }
 }
 
+/// Every partition of a refused topic gets `code`.
+fn refuse(t: TopicProduceData, code: i16) -> TopicProduceResponse {
+    TopicProduceResponse::default()
+        .with_name(t.name)
+        .with_topic_id(t.topic_id)
+        .with_partition_responses(
+            t.partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_base_offset(-1)
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
+}
+
+/// Fills in the name of each topic sent by id (version 13 on); topics whose
+/// id names no topic are answered UNKNOWN_TOPIC_ID, as Kafka does.
+fn name_topics(b: &Broker, mut req: ProduceRequest) -> (ProduceRequest, Vec<TopicProduceResponse>) {
+    let mut unknown = Vec::new();
+    let topics = std::mem::take(&mut req.topic_data);
+    for mut t in topics {
+        if t.topic_id.is_nil() {
+            req.topic_data.push(t);
+        } else if let Some(topic) = b.catalog.topic_by_id(t.topic_id) {
+            t.name = TopicName(StrBytes::from_string(topic.name().to_string()));
+            req.topic_data.push(t);
+        } else {
+            unknown.push(refuse(t, ResponseError::UnknownTopicId.code()));
+        }
+    }
+    (req, unknown)
+}
+
 fn authorize_produce(
     b: &Broker,
     cx: &Ctx<'_>,
     mut req: ProduceRequest,
 ) -> (ProduceRequest, Vec<TopicProduceResponse>) {
-    // Every partition of a refused topic gets `code`.
-    let refuse = |t: TopicProduceData, code: i16| {
-        TopicProduceResponse::default()
-            .with_name(t.name)
-            .with_partition_responses(
-                t.partition_data
-                    .iter()
-                    .map(|p| {
-                        PartitionProduceResponse::default()
-                            .with_index(p.index)
-                            .with_base_offset(-1)
-                            .with_error_code(code)
-                    })
-                    .collect(),
-            )
-    };
     if req
         .transactional_id
         .as_ref()
@@ -242,6 +268,7 @@ pub(super) fn produce(
         responses.push(
             TopicProduceResponse::default()
                 .with_name(topic_data.name)
+                .with_topic_id(topic_data.topic_id)
                 .with_partition_responses(partitions),
         );
     }

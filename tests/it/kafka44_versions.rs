@@ -273,3 +273,71 @@ async fn offset_commit_and_fetch_v10_name_topics_by_id() {
         .collect();
     assert_eq!(offsets, vec![(0, 42), (1, 7)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_v13_names_topics_by_id_and_fetch_v18_reads_them() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let created = raw.create_topic("produce-by-id", 1, &[]).await;
+    assert_eq!(created.error_code, 0);
+    let id = created.topic_id;
+    let nobody = uuid::Uuid::new_v4();
+
+    let by_id = |topic_id, value: &[u8]| {
+        TopicProduceData::default()
+            .with_topic_id(topic_id)
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(common::batch(&[value], -1, -1, -1)))])
+    };
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![by_id(id, b"first"), by_id(nobody, b"lost")]);
+    let r: ProduceResponse = raw.call(ApiKey::Produce, 13, &req).await;
+    let mut answers: Vec<_> = r
+        .responses
+        .iter()
+        .map(|t| {
+            let p = &t.partition_responses[0];
+            (t.topic_id, p.error_code, p.base_offset)
+        })
+        .collect();
+    answers.sort();
+    let mut expected = vec![
+        (id, 0, 0),
+        (nobody, ResponseError::UnknownTopicId.code(), -1),
+    ];
+    expected.sort();
+    assert_eq!(answers, expected);
+
+    // The same topic by name at v12 appends after it.
+    let (code, offset) = raw
+        .produce_result("produce-by-id", 0, common::batch(&[b"second"], -1, -1, -1))
+        .await;
+    assert_eq!((code, offset), (0, 1));
+
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(id)
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let r: FetchResponse = raw.call(ApiKey::Fetch, 18, &fetch).await;
+    assert_eq!(r.responses[0].topic_id, id);
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 2));
+    let mut records = p.records.clone().expect("records");
+    let values: Vec<_> = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records)
+        .expect("decodes")
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| r.value.expect("value"))
+        .collect();
+    assert_eq!(values, vec![&b"first"[..], &b"second"[..]]);
+}
