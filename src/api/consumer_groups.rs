@@ -1,9 +1,12 @@
 //! The consumer group protocol's own APIs (KIP-848): ConsumerGroupHeartbeat
 //! and ConsumerGroupDescribe, translated to and from the coordinator. The
-//! offset APIs both protocols share live in `groups`.
+//! offset APIs both protocols share live in `groups`. With `group.version`
+//! finalized at 0 both are refused UNSUPPORTED_VERSION, as Kafka refuses
+//! them, and consumers stay with (or fall back to) the classic protocol.
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::consumer_group_describe_response::{
     self as describe, DescribedGroup,
 };
@@ -48,9 +51,23 @@ fn handle_consumer_group_describe(
     cx: &Ctx<'_>,
 ) -> ConsumerGroupDescribeResponse {
     let (r, denied) = authorize_consumer_group_describe(b, cx, r);
+    if !protocol_enabled(b) {
+        let refused = r.group_ids.into_iter().map(|g| {
+            DescribedGroup::default()
+                .with_group_id(g)
+                .with_error_code(ResponseError::UnsupportedVersion.code())
+        });
+        return ConsumerGroupDescribeResponse::default()
+            .with_groups(refused.chain(denied).collect());
+    }
     let mut resp = consumer_group_describe(b, r, cx.version);
     resp.groups.extend(denied);
     resp
+}
+
+/// Whether `group.version` has the consumer rebalance protocol on.
+fn protocol_enabled(b: &Broker) -> bool {
+    b.features.level(super::features::GROUP_VERSION) >= 1
 }
 
 fn authorize_consumer_group_describe(
@@ -93,6 +110,10 @@ pub(super) async fn consumer_group_heartbeat(
     client_id: String,
     client_host: String,
 ) -> ConsumerGroupHeartbeatResponse {
+    if !protocol_enabled(&broker) {
+        return ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::UnsupportedVersion.code());
+    }
     let params = HeartbeatParams {
         member_id: req.member_id.to_string(),
         member_epoch: req.member_epoch,

@@ -46,8 +46,8 @@ use super::quotas::{RequestMeter, Throttled};
 use crate::principal::Principal;
 
 use super::{
-    acls, config_resources, configs, consumer_groups, delegation_tokens, fetch, groups, log_dirs,
-    metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
+    acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
+    log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
     scram_credentials, topics, transactions, txn_markers, versions, Broker, Reply,
 };
 
@@ -191,6 +191,7 @@ pub(super) const APIS: &[Api] = &[
     quotas::DESCRIBE_CLIENT_QUOTAS,
     quotas::ALTER_CLIENT_QUOTAS,
     quorum::DESCRIBE_QUORUM,
+    features::UPDATE_FEATURES,
     partitions::DESCRIBE_TOPIC_PARTITIONS,
     consumer_groups::CONSUMER_GROUP_HEARTBEAT,
     consumer_groups::CONSUMER_GROUP_DESCRIBE,

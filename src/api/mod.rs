@@ -22,6 +22,7 @@ mod consumer_groups;
 mod delegation_tokens;
 mod dispatch;
 mod error;
+mod features;
 mod fetch;
 mod fetch_session;
 mod groups;
@@ -146,6 +147,8 @@ pub(crate) struct Broker {
     pub access: Arc<Access>,
     /// Dynamic broker configs (KIP-226), as stored and applied.
     pub(crate) dynamic: broker_configs::DynamicConfigs,
+    /// Finalized feature levels (KIP-584).
+    pub(crate) features: features::Features,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -277,13 +280,16 @@ impl Broker {
             metrics,
             access,
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
+            features: features::Features::new(),
         }
     }
 
-    /// Reads the stored dynamic broker configs and applies them if they
-    /// changed (at start-up, and in a cluster to follow other brokers).
+    /// Reads the stored dynamic broker configs and feature levels and
+    /// applies them if they changed (at start-up, and in a cluster to follow
+    /// other brokers).
     pub(crate) async fn refresh_dynamic_configs(&self) -> Result<(), String> {
-        broker_configs::refresh(self).await
+        broker_configs::refresh(self).await?;
+        features::refresh(self).await
     }
 
     /// Where transactional producer ids come from: the catalog's allocator,

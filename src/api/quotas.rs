@@ -176,7 +176,8 @@ throttled!(
     AlterClientQuotasResponse, DescribeTopicPartitionsResponse, ConsumerGroupHeartbeatResponse,
     ConsumerGroupDescribeResponse, DescribeProducersResponse, DescribeUserScramCredentialsResponse,
     AlterUserScramCredentialsResponse, ListConfigResourcesResponse, CreateDelegationTokenResponse,
-    RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse;
+    RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
+    UpdateFeaturesResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

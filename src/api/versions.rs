@@ -54,7 +54,7 @@ fn answer(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> ApiVersion
             }
         }
     }
-    response()
+    super::features::advertise(broker, response())
 }
 
 /// From v5 a cluster id and a node id come together or not at all.

@@ -35,6 +35,7 @@ use producer_ids::ProducerIdAllocator;
 const CLUSTER_FILE: &str = "cluster.json";
 const TOPIC_FILE: &str = "topic.json";
 const BROKER_CONFIGS_FILE: &str = "broker-configs.json";
+const FEATURES_FILE: &str = "features.json";
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_NAME_LEN: usize = 249;
 
@@ -651,17 +652,38 @@ impl Catalog {
         } else {
             all.insert(resource.to_string(), configs);
         }
-        let json = serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?;
-        write_synced(&self.root.join(BROKER_CONFIGS_FILE), &json)?;
-        Ok(())
+        self.write_json(BROKER_CONFIGS_FILE, &all)
     }
 
     fn all_broker_configs(&self) -> Result<BrokerConfigsFile, CatalogError> {
-        match std::fs::read(self.root.join(BROKER_CONFIGS_FILE)) {
+        self.read_json(BROKER_CONFIGS_FILE)
+    }
+
+    /// The finalized feature levels as stored (KIP-584), opaque here.
+    pub fn features(&self) -> Result<BTreeMap<String, String>, CatalogError> {
+        self.read_json(FEATURES_FILE)
+    }
+
+    /// Replaces the stored feature levels, durably.
+    pub fn set_features(&self, features: &BTreeMap<String, String>) -> Result<(), CatalogError> {
+        self.write_json(FEATURES_FILE, features)
+    }
+
+    fn read_json<T: Default + serde::de::DeserializeOwned>(
+        &self,
+        file: &str,
+    ) -> Result<T, CatalogError> {
+        match std::fs::read(self.root.join(file)) {
             Ok(bytes) => Ok(serde_json::from_slice(&bytes).map_err(std::io::Error::other)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BrokerConfigsFile::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
             Err(e) => Err(e.into()),
         }
+    }
+
+    fn write_json<T: Serialize>(&self, file: &str, value: &T) -> Result<(), CatalogError> {
+        let json = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+        write_synced(&self.root.join(file), &json)?;
+        Ok(())
     }
 
     /// Applies config changes: `Some` sets, `None` deletes. With `replace`,

@@ -1,7 +1,8 @@
 //! Dynamic broker configs (Kafka's KIP-226) as etcd keys:
 //! `<prefix>/broker_configs/default` for the cluster-wide default and
 //! `<prefix>/broker_configs/<node_id>` for one broker's own, each a JSON map
-//! of config names to values.
+//! of config names to values. The finalized feature levels (KIP-584) are
+//! one more such map, `<prefix>/features/finalized`.
 //!
 //! Every change is a compare-and-swap on the key's mod revision, so two
 //! brokers changing the default at once both land: the loser rereads and
@@ -25,11 +26,24 @@ type Configs = BTreeMap<String, String>;
 #[derive(Clone)]
 pub struct BrokerConfigStore {
     etcd: Etcd,
+    /// The directory under the prefix: `broker_configs` or `features`.
+    dir: &'static str,
 }
 
 impl BrokerConfigStore {
     pub fn new(etcd: Etcd) -> BrokerConfigStore {
-        BrokerConfigStore { etcd }
+        BrokerConfigStore {
+            etcd,
+            dir: "broker_configs",
+        }
+    }
+
+    /// The finalized feature levels, as the one resource `finalized`.
+    pub fn features(etcd: Etcd) -> BrokerConfigStore {
+        BrokerConfigStore {
+            etcd,
+            dir: "features",
+        }
     }
 
     /// `""` is the cluster default, as in Kafka's resource names.
@@ -39,7 +53,7 @@ impl BrokerConfigStore {
         } else {
             resource
         };
-        format!("{}broker_configs/{name}", self.etcd.keys().root())
+        format!("{}{}/{name}", self.etcd.keys().root(), self.dir)
     }
 
     /// The configs stored for `resource` (empty when none are).

@@ -20,6 +20,7 @@
 //! <prefix>/access                     ACLs and client quotas (`access::AccessDoc` JSON)
 //! <prefix>/broker_configs/default      dynamic broker configs, the cluster default (JSON map)
 //! <prefix>/broker_configs/<node_id>    dynamic broker configs of one broker (JSON map)
+//! <prefix>/features/finalized          finalized feature levels (JSON map)
 //! ```
 //!
 //! The pieces, each usable and testable alone:

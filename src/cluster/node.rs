@@ -81,6 +81,11 @@ impl ClusterNode {
         super::BrokerConfigStore::new(self.member.etcd().clone())
     }
 
+    /// The finalized feature levels (KIP-584).
+    pub fn features(&self) -> super::BrokerConfigStore {
+        super::BrokerConfigStore::features(self.member.etcd().clone())
+    }
+
     /// Live brokers, by node id.
     pub fn brokers(&self) -> Vec<BrokerInfo> {
         self.view.brokers()

@@ -341,3 +341,118 @@ async fn produce_v13_names_topics_by_id_and_fetch_v18_reads_them() {
         .collect();
     assert_eq!(values, vec![&b"first"[..], &b"second"[..]]);
 }
+
+fn finalized(resp: &ApiVersionsResponse) -> (i64, Vec<(String, i16)>) {
+    let levels = resp
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.max_version_level))
+        .collect();
+    (resp.finalized_features_epoch, levels)
+}
+
+/// UpdateFeatures as `kafka-features.sh` sends it (v1 on: an upgrade type).
+fn update_features(feature: &str, level: i16, upgrade_type: i8) -> UpdateFeaturesRequest {
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    UpdateFeaturesRequest::default()
+        .with_timeout_ms(5000)
+        .with_feature_updates(vec![FeatureUpdateKey::default()
+            .with_feature(s(feature))
+            .with_max_version_level(level)
+            .with_upgrade_type(upgrade_type)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = || async {
+        strata::server::Server::start(common::config(dir.path(), &[]))
+            .await
+            .unwrap()
+    };
+    let server = start().await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    let versions: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
+        .await;
+    assert_eq!(advertised(&versions, ApiKey::UpdateFeatures), (0, 2));
+    assert_eq!(finalized(&versions), (0, vec![("group.version".into(), 1)]));
+    let supported: Vec<_> = versions
+        .supported_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+        .collect();
+    assert_eq!(supported, vec![("group.version".to_string(), 0, 1)]);
+
+    // A downgrade sent as an upgrade, and a level nobody supports: refused
+    // at the top level, with nothing changed.
+    for (level, upgrade) in [(0, 1), (2, 1)] {
+        let r: UpdateFeaturesResponse = raw
+            .call(
+                ApiKey::UpdateFeatures,
+                1,
+                &update_features("group.version", level, upgrade),
+            )
+            .await;
+        assert_eq!(r.error_code, ResponseError::InvalidUpdateVersion.code());
+        assert!(r.results.is_empty());
+    }
+    let validate = update_features("group.version", 0, 2).with_validate_only(true);
+    let r: UpdateFeaturesResponse = raw.call(ApiKey::UpdateFeatures, 2, &validate).await;
+    assert_eq!(r.error_code, 0);
+    let versions: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
+        .await;
+    assert_eq!(finalized(&versions).0, 0, "validate_only changes nothing");
+
+    let r: UpdateFeaturesResponse = raw
+        .call(
+            ApiKey::UpdateFeatures,
+            1,
+            &update_features("group.version", 0, 2),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.results.len(), 1);
+    assert_eq!(
+        (r.results[0].feature.as_str(), r.results[0].error_code),
+        ("group.version", 0)
+    );
+    drop(raw);
+    server.shutdown().await.unwrap();
+
+    let server = start().await;
+    let mut raw = Raw::connect(server.local_addr()).await;
+    let versions: ApiVersionsResponse = raw
+        .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
+        .await;
+    assert_eq!(finalized(&versions), (1, vec![]));
+    let heartbeat = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(s("off").into())
+        .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30000)
+        .with_subscribed_topic_names(Some(vec![s("t").into()]))
+        .with_topic_partitions(Some(vec![]));
+    let r: ConsumerGroupHeartbeatResponse = raw
+        .call(ApiKey::ConsumerGroupHeartbeat, 1, &heartbeat)
+        .await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+
+    // Back on (v0: allow_downgrade false is an upgrade).
+    use kafka_protocol::messages::update_features_request::FeatureUpdateKey;
+    let v0 = UpdateFeaturesRequest::default()
+        .with_timeout_ms(5000)
+        .with_feature_updates(vec![FeatureUpdateKey::default()
+            .with_feature(s("group.version"))
+            .with_max_version_level(1)]);
+    let r: UpdateFeaturesResponse = raw.call(ApiKey::UpdateFeatures, 0, &v0).await;
+    assert_eq!(r.error_code, 0);
+    let r: ConsumerGroupHeartbeatResponse = raw
+        .call(ApiKey::ConsumerGroupHeartbeat, 1, &heartbeat)
+        .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert!(r.member_epoch >= 1);
+    drop(raw);
+    server.shutdown().await.unwrap();
+}
