@@ -3,7 +3,7 @@
 //! Tools that manage topics (Terraform providers, Debezium, Schema Registry,
 //! Kafka's own scripts) send whichever of Kafka's topic configs they know,
 //! and Kafka refuses a whole CreateTopics entry for one name it does not
-//! know. So every topic config Kafka 4.x defines is here (the deprecated
+//! know. So every topic config Kafka 4.4 defines is here (the deprecated
 //! no-op `message.downconversion.enable` included, as 4.x still accepts
 //! it), with Kafka's type, default, valid values and broker-wide synonym,
 //! and is validated the way Kafka's `ConfigDef` validates it, with the same
@@ -131,6 +131,8 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "The compression level to use if compression.type is set to zstd"),
     def(DELETE_RETENTION_MS, "86400000", Long, AtLeast(0), Some("log.cleaner.delete.retention.ms"),
         "How long tombstones of a compacted topic are retained"),
+    def("errors.deadletterqueue.group.enable", "false", Boolean, Valid::Any, None,
+        "Whether share groups may write undeliverable records to this topic as a dead-letter queue"),
     def("file.delete.delay.ms", "60000", Long, AtLeast(0), Some("log.segment.delete.delay.ms"),
         "Time to wait before deleting a file from the filesystem"),
     def(FLUSH_MESSAGES, LONG_MAX, Long, AtLeast(1), Some("log.flush.interval.messages"),
@@ -149,6 +151,8 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "Age of local segments of a tiered partition before deletion; -2 means retention.ms"),
     def(MAX_COMPACTION_LAG_MS, LONG_MAX, Long, AtLeast(1), Some("log.cleaner.max.compaction.lag.ms"),
         "Maximum time a record stays ineligible for compaction"),
+    def("max.decompressed.message.bytes", "2147483639", Int, Between(1, 2147483639), Some("max.decompressed.message.bytes"),
+        "Largest decompressed size of a single record the broker accepts"),
     def(MAX_MESSAGE_BYTES, "1048588", Int, AtLeast(0), Some("message.max.bytes"),
         "Largest record batch accepted"),
     // Kafka 4.0 removed down-conversion but kept this as a deprecated no-op
@@ -169,6 +173,10 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
         "Replicas that must acknowledge acks=all writes"),
     def("preallocate", "false", Boolean, Valid::Any, Some("log.preallocate"),
         "Preallocate the file of a new segment"),
+    def("remote.copy.lag.bytes", "-1", Long, AtLeast(-1), Some("log.remote.copy.lag.bytes"),
+        "Newer local bytes after which a sealed segment may be copied to remote storage; -1 means local.retention.bytes"),
+    def("remote.copy.lag.ms", "0", Long, AtLeast(-1), Some("log.remote.copy.lag.ms"),
+        "Age after which a sealed segment may be copied to remote storage; -1 means local.retention.ms"),
     def("remote.log.copy.disable", "false", Boolean, Valid::Any, None,
         "Stop copying segments of a tiered topic to remote storage"),
     def("remote.log.delete.on.disable", "false", Boolean, Valid::Any, None,
@@ -559,8 +567,8 @@ mod tests {
         for d in TOPIC_CONFIGS {
             assert!(validate(d.name, d.default).is_ok(), "{}", d.name);
         }
-        // Kafka 4.x's 34 topic configs and Strata's 3.
-        assert_eq!(TOPIC_CONFIGS.len(), 37);
+        // Kafka 4.4's 38 topic configs and Strata's 3.
+        assert_eq!(TOPIC_CONFIGS.len(), 41);
     }
 
     #[test]

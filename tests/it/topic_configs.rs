@@ -34,7 +34,7 @@ const RESOURCE_TOPIC: i8 = 2;
 const SOURCE_TOPIC: i8 = 1;
 const SOURCE_DEFAULT: i8 = 5;
 
-/// Every topic config of Kafka 4.x, each at a valid value other than its default.
+/// Every topic config of Kafka 4.4, each at a valid value other than its default.
 const EVERY_CONFIG: &[(&str, &str)] = &[
     ("cleanup.policy", "compact,delete"),
     ("compression.gzip.level", "5"),
@@ -42,6 +42,7 @@ const EVERY_CONFIG: &[(&str, &str)] = &[
     ("compression.type", "zstd"),
     ("compression.zstd.level", "10"),
     ("delete.retention.ms", "1000"),
+    ("errors.deadletterqueue.group.enable", "true"),
     ("file.delete.delay.ms", "1000"),
     ("flush.messages", "1000"),
     ("flush.ms", "5000"),
@@ -51,6 +52,7 @@ const EVERY_CONFIG: &[(&str, &str)] = &[
     ("local.retention.bytes", "1000000"),
     ("local.retention.ms", "60000"),
     ("max.compaction.lag.ms", "86400000"),
+    ("max.decompressed.message.bytes", "10485760"),
     ("max.message.bytes", "2000000"),
     ("message.timestamp.after.max.ms", "60000"),
     ("message.timestamp.before.max.ms", "86400000"),
@@ -60,6 +62,8 @@ const EVERY_CONFIG: &[(&str, &str)] = &[
     ("min.compaction.lag.ms", "100"),
     ("min.insync.replicas", "2"),
     ("preallocate", "true"),
+    ("remote.copy.lag.bytes", "1048576"),
+    ("remote.copy.lag.ms", "60000"),
     ("remote.log.copy.disable", "true"),
     ("remote.log.delete.on.disable", "true"),
     ("remote.storage.enable", "true"),
