@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Strata integration tests with the real Apache Kafka Java client (kafka-clients 4.1.1), Kafka
-# Streams 4.1.1 and Kafka's own CLI tools (kafka-tools 4.1.1: TopicCommand, ConsoleProducer,
+# Strata integration tests with the real Apache Kafka Java client (kafka-clients 4.4.0), Kafka
+# Streams 4.4.0 and Kafka's own CLI tools (kafka-tools 4.4.0: TopicCommand, ConsoleProducer,
 # ConsoleConsumer, GetOffsetShell, TransactionsCommand), run as JUnit 5 tests by Maven Surefire
 # against a freshly started broker.
 #
@@ -29,7 +29,8 @@
 #                       KIP-467 per-record errors in the Java producer, recompressed batches read back
 #   OperatorApisTest    describeLogDirs + kafka-log-dirs, describeTopics paged by DescribeTopicPartitions,
 #                       electLeaders, describeMetadataQuorum + kafka-metadata-quorum, reassignments, broker
-#                       configs, a 200-partition consumer on fetch sessions
+#                       configs, feature versions (Admin and kafka-features), a 200-partition consumer on
+#                       fetch sessions
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
 #   TransactionsTest    consume-transform-produce with sendOffsetsToTransaction (aborted batches included),

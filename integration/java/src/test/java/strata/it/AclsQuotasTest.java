@@ -44,7 +44,7 @@ import org.junit.jupiter.api.Timeout;
 @Timeout(value = 300, unit = TimeUnit.SECONDS)
 class AclsQuotasTest {
   static final String ACLS = "org.apache.kafka.tools.AclCommand";
-  static final String CONFIGS = "kafka.admin.ConfigCommand";
+  static final String CONFIGS = "org.apache.kafka.tools.ConfigCommand";
 
   static GroupSupport.StrataProcess broker;
   static Admin admin;

@@ -33,7 +33,7 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS)
 class BrokerConfigsCliTest {
-  static final String CONFIGS = "kafka.admin.ConfigCommand";
+  static final String CONFIGS = "org.apache.kafka.tools.ConfigCommand";
 
   static GroupSupport.StrataProcess broker;
 

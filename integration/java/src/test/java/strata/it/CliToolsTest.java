@@ -159,7 +159,7 @@ class CliToolsTest {
     Kafka.createTopic(admin, t, 1, Map.of());
     String input = "k1:hello\nk2:world\nk3:value:with:colons\nk4:\n";
     ok(run(input, CONSOLE_PRODUCER, "--bootstrap-server", b, "--topic", t,
-        "--property", "parse.key=true", "--property", "key.separator=:"));
+        "--reader-property", "parse.key=true", "--reader-property", "key.separator=:"));
 
     // what the console producer wrote, read with the Java consumer
     List<ConsumerRecord<byte[], byte[]>> recs = Kafka.readAll(t, 1, Duration.ofSeconds(30));
@@ -174,8 +174,8 @@ class CliToolsTest {
     // console consumer, assign mode (--partition/--offset), so no group coordinator is needed
     Result c = ok(run(null, CONSOLE_CONSUMER, "--bootstrap-server", b, "--topic", t,
         "--partition", "0", "--offset", "earliest", "--max-messages", "4", "--timeout-ms", "30000",
-        "--property", "print.key=true", "--property", "key.separator=|",
-        "--property", "print.offset=true"));
+        "--formatter-property", "print.key=true", "--formatter-property", "key.separator=|",
+        "--formatter-property", "print.offset=true"));
     assertEquals(List.of(
         "Offset:0|k1|hello", "Offset:1|k2|world", "Offset:2|k3|value:with:colons", "Offset:3|k4|"),
         Arrays.stream(c.out().split("\\R")).filter(s -> !s.isEmpty()).toList(), c.toString());

@@ -132,8 +132,8 @@ class CompactionTest {
       CliToolsTest.Result out = CliToolsTest.ok(CliToolsTest.run(null, CliToolsTest.CONSOLE_CONSUMER,
           "--bootstrap-server", b, "--topic", t, "--partition", "0", "--from-beginning",
           "--timeout-ms", "10000",
-          "--property", "print.key=true", "--property", "print.offset=true",
-          "--property", "key.separator=|"));
+          "--formatter-property", "print.key=true", "--formatter-property", "print.offset=true",
+          "--formatter-property", "key.separator=|"));
       Pattern line = Pattern.compile("Offset:(\\d+)\\|([^|]*)\\|(.*)");
       List<Rec> console = new ArrayList<>();
       for (String l : out.out().split("\\R")) {

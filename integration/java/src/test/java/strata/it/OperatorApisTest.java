@@ -19,11 +19,14 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
+import org.apache.kafka.clients.admin.FeatureMetadata;
+import org.apache.kafka.clients.admin.FeatureUpdate;
 import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.UpdateFeaturesOptions;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -33,6 +36,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.ElectionNotNeededException;
 import org.apache.kafka.common.errors.InvalidReplicaAssignmentException;
+import org.apache.kafka.common.errors.InvalidUpdateVersionException;
 import org.apache.kafka.common.errors.NoReassignmentInProgressException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.junit.jupiter.api.AfterAll;
@@ -42,13 +46,14 @@ import org.junit.jupiter.api.Timeout;
 
 /**
  * The admin APIs operators' tools probe (DescribeLogDirs, DescribeTopicPartitions, ElectLeaders,
- * DescribeQuorum, partition reassignments, broker configs) through the Java Admin client and
+ * DescribeQuorum, partition reassignments, broker configs, feature versions) through the Java Admin client and
  * Kafka's CLI tools, and a consumer of many partitions on fetch sessions.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS)
 class OperatorApisTest {
   static final String LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand";
   static final String METADATA_QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand";
+  static final String FEATURES = "org.apache.kafka.tools.FeatureCommand";
 
   static Admin admin;
   static int node;
@@ -152,6 +157,26 @@ class OperatorApisTest {
     assertInstanceOf(UnknownTopicOrPartitionException.class, missing.get(new TopicPartition(t, 7)).orElseThrow());
     // All partitions: those that need no election are left out, as Kafka does.
     assertTrue(admin.electLeaders(ElectionType.PREFERRED, null).partitions().get().isEmpty());
+  }
+
+  @Test
+  void featuresAreDescribedAndUpdatesCheckedAsKafkasControllerChecksThem() throws Exception {
+    FeatureMetadata f = admin.describeFeatures().featureMetadata().get();
+    assertEquals(1, f.finalizedFeatures().get("group.version").maxVersionLevel());
+    assertEquals(1, f.supportedFeatures().get("group.version").maxVersion());
+    assertFalse(f.finalizedFeatures().containsKey("metadata.version"));
+    // Checked, not applied: the shared broker keeps the consumer protocol on.
+    admin.updateFeatures(Map.of("group.version", new FeatureUpdate((short) 0, FeatureUpdate.UpgradeType.SAFE_DOWNGRADE)),
+        new UpdateFeaturesOptions().validateOnly(true)).all().get();
+    ExecutionException e = assertThrows(ExecutionException.class, () -> admin.updateFeatures(
+        Map.of("group.version", new FeatureUpdate((short) 2, FeatureUpdate.UpgradeType.UPGRADE)),
+        new UpdateFeaturesOptions()).all().get());
+    assertInstanceOf(InvalidUpdateVersionException.class, e.getCause());
+    assertTrue(e.getCause().getMessage().contains("only supports versions [0-1]"), e.getCause().getMessage());
+    assertEquals(f.finalizedFeaturesEpoch(), admin.describeFeatures().featureMetadata().get().finalizedFeaturesEpoch());
+    CliToolsTest.Result r = CliToolsTest.ok(CliToolsTest.run(null, FEATURES, "--bootstrap-server",
+        Kafka.bootstrap(), "describe"));
+    assertTrue(r.out().contains("Feature: group.version") && r.out().contains("FinalizedVersionLevel: 1"), r.toString());
   }
 
   @Test
