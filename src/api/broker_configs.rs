@@ -475,14 +475,6 @@ pub(super) async fn alter(
         }
         Some(cluster) => {
             let store = cluster.broker_configs();
-            let etcd_failure = |e: crate::cluster::ClusterError| {
-                let code = if e.is_retriable() {
-                    ResponseError::RequestTimedOut
-                } else {
-                    ResponseError::UnknownServerError
-                };
-                (code.code(), e.to_string())
-            };
             if validate_only {
                 let current = store.get(resource).await.map_err(etcd_failure)?;
                 return prepare(&current).map(|_| ());
@@ -496,6 +488,16 @@ pub(super) async fn alter(
     let layers = dynamic_configs.layers().with(resource, stored);
     apply(dynamic_configs, layers);
     Ok(())
+}
+
+/// An etcd failure as the client sees it: retriable ones time out.
+pub(super) fn etcd_failure(e: crate::cluster::ClusterError) -> Failure {
+    let code = if e.is_retriable() {
+        ResponseError::RequestTimedOut
+    } else {
+        ResponseError::UnknownServerError
+    };
+    (code.code(), e.to_string())
 }
 
 /// Applies `layers` and records them as in force; what cannot be applied

@@ -34,6 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
 
 use super::authorize::{Resource, CLUSTER_DENIED};
+use super::broker_configs::etcd_failure;
 use super::dispatch::{api, Api, Ctx};
 use super::metrics::error_codes;
 use super::Broker;
@@ -300,14 +301,6 @@ async fn update(
         }
         Some(cluster) => {
             let store = cluster.features();
-            let etcd_failure = |e: crate::cluster::ClusterError| {
-                let code = if e.is_retriable() {
-                    ResponseError::RequestTimedOut
-                } else {
-                    ResponseError::UnknownServerError
-                };
-                (code.code(), e.to_string())
-            };
             let prepare = |stored: &BTreeMap<String, String>| {
                 updated(&Finalized::from_stored(stored), updates, node_id).map(|n| n.to_stored())
             };

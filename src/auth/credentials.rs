@@ -17,7 +17,7 @@ use object_store::{ObjectStore, PutPayload};
 use parking_lot::RwLock;
 
 use super::scram::{Credential, Mechanism};
-use super::AuthError;
+use super::{store_err, AuthError};
 
 /// A user's credentials, by mechanism name.
 pub(crate) type UserCredentials = BTreeMap<String, Credential>;
@@ -48,20 +48,9 @@ enum Backend {
     },
 }
 
-fn store_err(e: impl std::fmt::Display) -> AuthError {
-    AuthError::Store(e.to_string())
-}
-
 impl Credentials {
     pub(crate) async fn open_store(store: Arc<dyn ObjectStore>) -> Result<Credentials, AuthError> {
-        let cache = match store.get(&Path::from(STORE_KEY)).await {
-            Ok(got) => {
-                let bytes = got.bytes().await.map_err(store_err)?;
-                serde_json::from_slice(&bytes).map_err(store_err)?
-            }
-            Err(object_store::Error::NotFound { .. }) => BTreeMap::new(),
-            Err(e) => return Err(store_err(e)),
-        };
+        let cache = super::load_json(store.as_ref(), STORE_KEY).await?;
         Ok(Credentials {
             backend: Backend::Store(store),
             cache: RwLock::new(cache),

@@ -45,3 +45,23 @@ pub enum AuthError {
     #[error("renewers must be User principals, not {0}")]
     InvalidPrincipalType(String),
 }
+
+fn store_err(e: impl std::fmt::Display) -> AuthError {
+    AuthError::Store(e.to_string())
+}
+
+/// The JSON document at `key` of the object store (credentials, tokens),
+/// or the empty one if there is none yet.
+async fn load_json<T: Default + serde::de::DeserializeOwned>(
+    store: &dyn object_store::ObjectStore,
+    key: &str,
+) -> Result<T, AuthError> {
+    match store.get(&object_store::path::Path::from(key)).await {
+        Ok(got) => {
+            let bytes = got.bytes().await.map_err(store_err)?;
+            serde_json::from_slice(&bytes).map_err(store_err)
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(T::default()),
+        Err(e) => Err(store_err(e)),
+    }
+}

@@ -33,7 +33,7 @@ use sha2::Sha512;
 use subtle::ConstantTimeEq;
 
 use super::scram::{Credential, Mechanism, MIN_ITERATIONS};
-use super::AuthError;
+use super::{store_err, AuthError};
 use crate::clock::{SharedClock, SharedRandom};
 use crate::principal::Principal;
 
@@ -53,10 +53,6 @@ pub(crate) struct TokenSettings {
     /// delegation.token.expiry.time.ms: the expiry a creation or renewal
     /// gives when the request names none (and the longest it may name).
     pub expiry_time_ms: i64,
-}
-
-fn store_err(e: impl std::fmt::Display) -> AuthError {
-    AuthError::Store(e.to_string())
 }
 
 /// One token as it is stored (Kafka's TokenInformation). Principals are in
@@ -181,14 +177,7 @@ impl Tokens {
         clock: SharedClock,
         random: SharedRandom,
     ) -> Result<Tokens, AuthError> {
-        let cache = match store.get(&Path::from(STORE_KEY)).await {
-            Ok(got) => {
-                let bytes = got.bytes().await.map_err(store_err)?;
-                serde_json::from_slice(&bytes).map_err(store_err)?
-            }
-            Err(object_store::Error::NotFound { .. }) => BTreeMap::new(),
-            Err(e) => return Err(store_err(e)),
-        };
+        let cache = super::load_json(store.as_ref(), STORE_KEY).await?;
         Ok(Tokens {
             settings,
             backend: Backend::Store(store),

@@ -22,7 +22,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::access::Access;
 use crate::api::Broker;
 use crate::auth::{
     self,
@@ -515,30 +514,22 @@ async fn remove_expired_tokens(
     }
 }
 
-/// Cluster mode: rereads the ACLs and quotas other brokers change.
-async fn follow_access(access: Arc<Access>, mut stop: watch::Receiver<bool>) {
+/// Cluster mode: reruns `refresh` every poll, to follow what other brokers
+/// change in etcd (ACLs and quotas, dynamic broker configs, feature levels).
+async fn follow<E, F>(
+    what: &'static str,
+    mut refresh: impl FnMut() -> F,
+    mut stop: watch::Receiver<bool>,
+) where
+    E: std::fmt::Display,
+    F: std::future::Future<Output = Result<(), E>>,
+{
     let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                if let Err(e) = access.refresh().await {
-                    tracing::warn!(error = %e, "rereading ACLs and quotas failed");
-                }
-            }
-            _ = stop.changed() => return,
-        }
-    }
-}
-
-/// Cluster mode: rereads the dynamic broker configs, the cluster default
-/// above all, which other brokers change.
-async fn follow_broker_configs(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(crate::cluster::ACCESS_POLL);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                if let Err(e) = broker.refresh_dynamic_configs().await {
-                    tracing::warn!(error = %e, "rereading dynamic broker configs failed");
+                if let Err(e) = refresh().await {
+                    tracing::warn!(error = %e, "rereading {what} failed");
                 }
             }
             _ = stop.changed() => return,

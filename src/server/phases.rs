@@ -493,13 +493,23 @@ pub(super) fn spawn_jobs(
                 stop.clone(),
             ),
         );
+        let access = state.access.clone();
+        let refresh_access = move || {
+            let access = access.clone();
+            async move { access.refresh().await }
+        };
         jobs.spawn(
             "ACL and quota refresh",
-            super::follow_access(state.access.clone(), stop.clone()),
+            super::follow("ACLs and quotas", refresh_access, stop.clone()),
         );
+        let refreshed = broker.clone();
+        let refresh_configs = move || {
+            let broker = refreshed.clone();
+            async move { broker.refresh_dynamic_configs().await }
+        };
         jobs.spawn(
             "dynamic broker config refresh",
-            super::follow_broker_configs(broker.clone(), stop.clone()),
+            super::follow("dynamic broker configs", refresh_configs, stop.clone()),
         );
     }
     jobs.spawn("tier", state.tier.clone().run(stop.clone()));
