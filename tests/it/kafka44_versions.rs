@@ -456,3 +456,55 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
     drop(raw);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others() {
+    let Some(cluster) = common::cluster::Cluster::start(&[1, 2]).await else {
+        return;
+    };
+    let addr = |node: i32| -> std::net::SocketAddr {
+        format!("127.0.0.1:{}", cluster.port(node)).parse().unwrap()
+    };
+    let mut one = Raw::connect(addr(1)).await;
+    let r: UpdateFeaturesResponse = one
+        .call(
+            ApiKey::UpdateFeatures,
+            2,
+            &update_features("group.version", 0, 2),
+        )
+        .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let mut two = Raw::connect(addr(2)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let versions: ApiVersionsResponse = two
+            .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
+            .await;
+        if finalized(&versions) == (1, vec![]) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            finalized(&versions)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // The next update is checked against the stored level, whichever broker takes it.
+    let r: UpdateFeaturesResponse = two
+        .call(
+            ApiKey::UpdateFeatures,
+            2,
+            &update_features("group.version", 0, 2),
+        )
+        .await;
+    assert_eq!(r.error_code, 0, "a no-op downgrade to the current level");
+    let r: UpdateFeaturesResponse = two
+        .call(
+            ApiKey::UpdateFeatures,
+            2,
+            &update_features("group.version", 1, 2),
+        )
+        .await;
+    assert_eq!(r.error_code, ResponseError::InvalidUpdateVersion.code());
+}
