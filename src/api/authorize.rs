@@ -51,6 +51,49 @@ impl Broker {
     pub(crate) fn may_create_topic(&self, cx: &Ctx<'_>, topic: &str) -> bool {
         self.on_cluster(cx, Operation::Create) || self.on_topic(cx, Operation::Create, topic)
     }
+    /// The operations the principal may perform on a resource, as the bit
+    /// field (bit n for operation code n) that Metadata, DescribeCluster,
+    /// DescribeTopicPartitions and the group descriptions return: Kafka's
+    /// `authorizedOperations`, each operation Kafka supports on the resource
+    /// type checked alone (all of them when no authorizer runs).
+    pub(crate) fn authorized_operations(
+        &self,
+        cx: &Ctx<'_>,
+        kind: ResourceType,
+        name: &str,
+    ) -> i32 {
+        use Operation::*;
+        let supported: &[Operation] = match kind {
+            ResourceType::Topic => &[
+                Read,
+                Write,
+                Create,
+                Describe,
+                Delete,
+                Alter,
+                DescribeConfigs,
+                AlterConfigs,
+            ],
+            ResourceType::Group => &[Read, Describe, Delete, DescribeConfigs, AlterConfigs],
+            ResourceType::Cluster => &[
+                Create,
+                ClusterAction,
+                DescribeConfigs,
+                AlterConfigs,
+                IdempotentWrite,
+                Alter,
+                Describe,
+            ],
+            ResourceType::TransactionalId => &[Describe, Write, TwoPhaseCommit],
+            ResourceType::DelegationToken => &[Describe],
+            ResourceType::User => &[CreateTokens, DescribeTokens],
+            ResourceType::Any => &[],
+        };
+        supported
+            .iter()
+            .filter(|op| self.allowed(cx, **op, kind, name))
+            .fold(0, |bits, op| bits | 1 << (*op as i32))
+    }
     /// Transaction APIs (InitProducerId with an id, AddPartitionsToTxn,
     /// AddOffsetsToTxn, EndTxn, TxnOffsetCommit): WRITE on the
     /// transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.

@@ -19,7 +19,7 @@ use super::dispatch::{api, Api, Ctx};
 use super::groups::error_code;
 use super::metrics::error_codes;
 use super::Broker;
-use crate::access::acl::Operation;
+use crate::access::acl::{Operation, ResourceType};
 use crate::coordinator::consumer::HeartbeatParams;
 use crate::coordinator::{CoordinatorError, NamedAssignment, NotDescribed};
 
@@ -60,7 +60,14 @@ fn handle_consumer_group_describe(
         return ConsumerGroupDescribeResponse::default()
             .with_groups(refused.chain(denied).collect());
     }
+    let operations = r.include_authorized_operations;
     let mut resp = consumer_group_describe(b, r, cx.version);
+    if operations {
+        for g in resp.groups.iter_mut().filter(|g| g.error_code == 0) {
+            g.authorized_operations =
+                b.authorized_operations(cx, ResourceType::Group, g.group_id.as_str());
+        }
+    }
     resp.groups.extend(denied);
     resp
 }

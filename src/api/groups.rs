@@ -280,7 +280,14 @@ fn handle_describe_groups(
     cx: &Ctx<'_>,
 ) -> DescribeGroupsResponse {
     let (r, denied) = authorize_describe_groups(b, cx, r);
+    let operations = r.include_authorized_operations && cx.version >= 3;
     let mut resp = describe_groups(b, r, cx.version);
+    if operations {
+        for g in resp.groups.iter_mut().filter(|g| g.error_code == 0) {
+            g.authorized_operations =
+                b.authorized_operations(cx, ResourceType::Group, g.group_id.as_str());
+        }
+    }
     resp.groups.extend(denied);
     resp
 }

@@ -39,14 +39,22 @@ use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
 use super::metrics::error_codes;
 use super::Broker;
-use crate::access::acl::Operation;
+use crate::access::acl::{Operation, ResourceType, CLUSTER_NAME};
 use crate::catalog::{validate_topic_name, Topic, DEFAULT_REPLICATION_FACTOR};
 
 pub(super) const METADATA: Api = api!(MetadataRequest, 0..=13, ready(handle_metadata));
 pub(super) const DESCRIBE_CLUSTER: Api = api!(
     DescribeClusterRequest,
     0..=2,
-    ready(|b, r, cx| describe_cluster(b, r, cx.version, cx.listener)),
+    ready(|b, r, cx| {
+        let operations = r.include_cluster_authorized_operations;
+        let mut resp = describe_cluster(b, r, cx.version, cx.listener);
+        if operations {
+            resp.cluster_authorized_operations =
+                b.authorized_operations(cx, ResourceType::Cluster, CLUSTER_NAME);
+        }
+        resp
+    }),
     acl(Operation::Describe, Resource::Cluster, |_| {
         DescribeClusterResponse::default().with_error_code(CLUSTER_DENIED)
     })
@@ -66,7 +74,35 @@ error_codes! {
 /// Metadata: topics the principal may not DESCRIBE are left out of a
 /// listing and answered TOPIC_AUTHORIZATION_FAILED when asked for by name;
 /// an unknown topic is auto-created only with CREATE (else it is unknown).
-fn handle_metadata(b: &Arc<Broker>, mut req: MetadataRequest, cx: &Ctx<'_>) -> MetadataResponse {
+fn handle_metadata(b: &Arc<Broker>, req: MetadataRequest, cx: &Ctx<'_>) -> MetadataResponse {
+    let topic_operations = req.include_topic_authorized_operations && cx.version >= 8;
+    let cluster_operations =
+        req.include_cluster_authorized_operations && (8..=10).contains(&cx.version);
+    let mut resp = authorized_metadata(b, req, cx);
+    if topic_operations {
+        for t in resp
+            .topics
+            .iter_mut()
+            .filter(|t| t.error_code != TOPIC_DENIED)
+        {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations =
+                    b.authorized_operations(cx, ResourceType::Topic, name);
+            }
+        }
+    }
+    if cluster_operations {
+        resp.cluster_authorized_operations =
+            b.authorized_operations(cx, ResourceType::Cluster, CLUSTER_NAME);
+    }
+    resp
+}
+
+fn authorized_metadata(
+    b: &Arc<Broker>,
+    mut req: MetadataRequest,
+    cx: &Ctx<'_>,
+) -> MetadataResponse {
     use metadata_response::MetadataResponseTopic;
     let listing = match &req.topics {
         None => true,

@@ -36,7 +36,7 @@ use super::dispatch::{api, Api, Ctx};
 use super::metadata::{brokers, leader, placement};
 use super::metrics::error_codes;
 use super::Broker;
-use crate::access::acl::Operation;
+use crate::access::acl::{Operation, ResourceType};
 
 pub(super) const ELECT_LEADERS: Api = api!(
     ElectLeadersRequest,
@@ -103,6 +103,9 @@ fn handle_describe_topic_partitions(
         {
             t.partitions.clear();
             t.error_code = TOPIC_DENIED;
+        } else if let (Some(n), 0) = (&t.name, t.error_code) {
+            // Always reported here, as Kafka does.
+            t.topic_authorized_operations = b.authorized_operations(cx, ResourceType::Topic, n);
         }
     }
     resp

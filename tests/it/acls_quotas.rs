@@ -530,3 +530,76 @@ async fn transaction_apis_need_write_on_the_transactional_id_and_the_topics() {
         .collect();
     assert_eq!(codes, [0, 53]);
 }
+
+/// Metadata and DescribeTopicPartitions report the operations the principal
+/// may perform, one bit per operation code: every topic operation on a topic
+/// no ACL names, only READ and the DESCRIBE it implies on one whose only ACL
+/// allows READ.
+#[tokio::test(flavor = "multi_thread")]
+async fn authorized_operations_follow_the_acls() {
+    const ALL_TOPIC_OPERATIONS: i32 =
+        (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
+    const READ_AND_DESCRIBE: i32 = (1 << 3) | (1 << 8);
+    let broker = InProcess::start(&AUTHORIZER).await;
+    let bootstrap = broker.bootstrap();
+    produce_one(&bootstrap, "open").await;
+    produce_one(&bootstrap, "readable").await;
+    create_acls(
+        broker.addr(),
+        vec![acl("readable", LITERAL, "User:ANONYMOUS", READ, ALLOW)],
+    )
+    .await;
+
+    let s = |v: &str| StrBytes::from_string(v.into());
+    let mut raw = Raw::connect(broker.addr()).await;
+    let metadata: MetadataResponse = raw
+        .call(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default()
+                .with_topics(Some(
+                    ["open", "readable"]
+                        .map(|t| {
+                            metadata_request::MetadataRequestTopic::default()
+                                .with_name(Some(TopicName(s(t))))
+                        })
+                        .to_vec(),
+                ))
+                .with_include_topic_authorized_operations(true),
+        )
+        .await;
+    let operations: Vec<(String, i32)> = metadata
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().unwrap().to_string(),
+                t.topic_authorized_operations,
+            )
+        })
+        .collect();
+    assert_eq!(
+        operations,
+        [
+            ("open".to_string(), ALL_TOPIC_OPERATIONS),
+            ("readable".to_string(), READ_AND_DESCRIBE)
+        ]
+    );
+
+    let described: DescribeTopicPartitionsResponse = raw
+        .call(
+            ApiKey::DescribeTopicPartitions,
+            0,
+            &DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![
+                    describe_topic_partitions_request::TopicRequest::default()
+                        .with_name(TopicName(s("readable"))),
+                ])
+                .with_response_partition_limit(10),
+        )
+        .await;
+    assert_eq!(
+        described.topics[0].topic_authorized_operations,
+        READ_AND_DESCRIBE
+    );
+}
