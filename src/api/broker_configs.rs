@@ -367,7 +367,7 @@ fn validate_layer(
 /// AlterConfigs) the changes are the whole layer. APPEND and SUBTRACT are
 /// Kafka's, for list configs only; `kind(name)` is the type of any config
 /// the broker has.
-fn changed(
+pub(super) fn changed(
     current: &Configs,
     changes: &[Change],
     replace: bool,

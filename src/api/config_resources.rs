@@ -3,8 +3,9 @@
 //! Version 0 was KIP-1000's ListClientMetricsResources and lists client
 //! metrics subscriptions only; version 1 takes the resource types to list,
 //! all of them when none is given. Strata answers for the types it has
-//! configs of: every topic and every live broker. It has no client metrics
-//! subscriptions and no group configs, so those lists are truly empty; a
+//! configs of: every topic, every live broker and every group with config
+//! overrides. It has no client metrics subscriptions, so that list is
+//! truly empty; a
 //! type it cannot describe at all (broker loggers, an unknown id) gets
 //! Kafka's answer for a type the broker does not support, UNSUPPORTED_VERSION.
 
@@ -74,6 +75,10 @@ fn list_config_resources(
         let mut ids: Vec<i32> = brokers(broker, None).into_iter().map(|b| b.0).collect();
         ids.sort();
         listed.extend(ids.into_iter().map(|id| resource(id.to_string(), BROKER)));
+    }
+    if types.contains(&GROUP) {
+        let groups = broker.coordinator.group_configs().all();
+        listed.extend(groups.into_keys().map(|g| resource(g, GROUP)));
     }
     ListConfigResourcesResponse::default().with_config_resources(listed)
 }

@@ -1,6 +1,7 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and
-//! brokers. A broker's settings are its flags (read-only) and the dynamic
-//! configs of `broker_configs`, described with Kafka's sources and synonyms.
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics,
+//! brokers and groups. A broker's settings are its flags (read-only) and the
+//! dynamic configs of `broker_configs`, described with Kafka's sources and
+//! synonyms; a group's are in `group_configs`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,10 +19,11 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::authorize::{CLUSTER_DENIED, TOPIC_DENIED};
+use super::authorize::{CLUSTER_DENIED, GROUP_DENIED, TOPIC_DENIED};
 use super::broker_configs::{self, Change, Layers};
 use super::dispatch::{api, Api, Ctx};
 use super::error::catalog_error_code;
+use super::group_configs;
 use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
@@ -85,8 +87,8 @@ fn handle_incremental_alter_configs(
     }
 }
 
-/// Config resources: topics (2) need the topic operation, brokers (4) and
-/// broker loggers (8) the cluster one.
+/// Config resources: topics (2) and groups (32) need the operation on
+/// themselves, brokers (4) and broker loggers (8) the cluster one.
 fn config_resource_allowed(
     b: &Broker,
     cx: &Ctx<'_>,
@@ -97,6 +99,8 @@ fn config_resource_allowed(
     match kind {
         2 if b.on_topic(cx, op, name) => Ok(()),
         2 => Err(TOPIC_DENIED),
+        RESOURCE_GROUP if b.on_group(cx, op, name) => Ok(()),
+        RESOURCE_GROUP => Err(GROUP_DENIED),
         _ if b.on_cluster(cx, op) => Ok(()),
         _ => Err(CLUSTER_DENIED),
     }
@@ -200,11 +204,12 @@ fn authorize_incremental_alter_configs(
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
 
 pub(super) const CONFIG_SOURCE_TOPIC: i8 = 1;
 const CONFIG_SOURCE_DYNAMIC_BROKER: i8 = 2;
 const CONFIG_SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
-const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
+pub(super) const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
 pub(super) const CONFIG_SOURCE_DEFAULT: i8 = 5;
 
 /// An error code and message for one resource.
@@ -215,18 +220,18 @@ const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
-struct Entry {
-    name: String,
+pub(super) struct Entry {
+    pub name: String,
     /// `None` for a secret (a PASSWORD config), which Kafka never shows.
-    value: Option<String>,
-    source: i8,
-    kind: ConfigType,
-    doc: &'static str,
-    read_only: bool,
+    pub value: Option<String>,
+    pub source: i8,
+    pub kind: ConfigType,
+    pub doc: &'static str,
+    pub read_only: bool,
     /// Where the value could come from, in Kafka's order of precedence: the
     /// topic override or dynamic broker configs if any, then the static or
     /// default value (for a topic, the broker-wide default under its own name).
-    synonyms: Vec<(String, Option<String>, i8)>,
+    pub synonyms: Vec<(String, Option<String>, i8)>,
 }
 
 pub(super) fn describe_configs(
@@ -248,6 +253,7 @@ pub(super) fn describe_configs(
                     None => Err(failure(ResponseError::UnknownTopicOrPartition)),
                 },
                 RESOURCE_BROKER => describe_broker(broker, r.resource_name.as_str()),
+                RESOURCE_GROUP => group_configs::describe(broker, r.resource_name.as_str()),
                 _ => Err(failure(ResponseError::InvalidRequest)),
             };
             let entries = match entries {
@@ -533,13 +539,10 @@ fn unsupported(resource_type: i8) -> Failure {
     )
 }
 
-/// Kafka's checks of a BROKER resource before anything else: the name,
-/// each config named once, values given except to delete.
-fn check_broker_request(
-    broker: &Broker,
-    name: &str,
-    configs: &[(&str, Option<&str>, i8)],
-) -> Result<(), Failure> {
+/// Kafka's checks of a BROKER or GROUP resource's changes before anything
+/// else: each config named once, values given except to delete, known
+/// operations. They become the changes to make.
+fn checked_changes(configs: &[(&str, Option<&str>, i8)]) -> Result<Vec<Change>, Failure> {
     let invalid = |msg: String| (ResponseError::InvalidRequest.code(), msg);
     let mut seen = std::collections::HashSet::new();
     if !configs.iter().all(|(n, _, _)| seen.insert(*n)) {
@@ -559,7 +562,18 @@ fn check_broker_request(
     if let Some((_, _, op)) = configs.iter().find(|(_, _, op)| !(0..=3).contains(op)) {
         return Err(invalid(format!("Unknown operations type {op}")));
     }
-    broker_configs::check_resource_name(broker, name)
+    Ok(configs
+        .iter()
+        .map(|(n, v, op)| {
+            let (n, v) = (n.to_string(), v.unwrap_or_default().to_string());
+            match *op {
+                OP_SET => Change::Set(n, v),
+                OP_DELETE => Change::Delete(n),
+                OP_APPEND => Change::Append(n, v),
+                _ => Change::Subtract(n, v),
+            }
+        })
+        .collect())
 }
 
 /// The BROKER resources named more than once: Kafka refuses each of them.
@@ -589,20 +603,20 @@ async fn alter_broker(
             "Each resource must appear at most once.".into(),
         ));
     }
-    check_broker_request(broker, name, configs)?;
-    let changes = configs
-        .iter()
-        .map(|(n, v, op)| {
-            let (n, v) = (n.to_string(), v.unwrap_or_default().to_string());
-            match *op {
-                OP_SET => Change::Set(n, v),
-                OP_DELETE => Change::Delete(n),
-                OP_APPEND => Change::Append(n, v),
-                _ => Change::Subtract(n, v),
-            }
-        })
-        .collect();
+    let changes = checked_changes(configs)?;
+    broker_configs::check_resource_name(broker, name)?;
     broker_configs::alter(broker, name, changes, replace, validate_only).await
+}
+
+async fn alter_group(
+    broker: &Broker,
+    name: &str,
+    configs: &[(&str, Option<&str>, i8)],
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), Failure> {
+    let changes = checked_changes(configs)?;
+    group_configs::alter(broker, name, changes, replace, validate_only).await
 }
 
 fn error_pair(e: CatalogError) -> Failure {
@@ -666,6 +680,14 @@ pub(super) async fn alter_configs(
                     .collect();
                 let name = r.resource_name.as_str();
                 alter_broker(&broker, name, &configs, true, req.validate_only, &repeated).await
+            } else if r.resource_type == RESOURCE_GROUP {
+                let configs: Vec<(&str, Option<&str>, i8)> = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.as_str(), c.value.as_deref(), OP_SET))
+                    .collect();
+                let name = r.resource_name.as_str();
+                alter_group(&broker, name, &configs, true, req.validate_only).await
             } else if r.resource_type != RESOURCE_TOPIC {
                 Err(unsupported(r.resource_type))
             } else {
@@ -710,6 +732,13 @@ pub(super) async fn incremental_alter_configs(
                 .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_operation))
                 .collect();
             alter_broker(&broker, name, &configs, false, req.validate_only, &repeated).await
+        } else if r.resource_type == RESOURCE_GROUP {
+            let configs: Vec<(&str, Option<&str>, i8)> = r
+                .configs
+                .iter()
+                .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_operation))
+                .collect();
+            alter_group(&broker, name, &configs, false, req.validate_only).await
         } else if r.resource_type != RESOURCE_TOPIC {
             Err(unsupported(r.resource_type))
         } else {

@@ -25,6 +25,7 @@ mod error;
 mod features;
 mod fetch;
 mod fetch_session;
+mod group_configs;
 mod groups;
 mod leader_hints;
 mod log_dirs;
@@ -284,11 +285,12 @@ impl Broker {
         }
     }
 
-    /// Reads the stored dynamic broker configs and feature levels and
-    /// applies them if they changed (at start-up, and in a cluster to follow
-    /// other brokers).
+    /// Reads the stored dynamic broker configs, group configs and feature
+    /// levels and applies them if they changed (at start-up, and in a
+    /// cluster to follow other brokers).
     pub(crate) async fn refresh_dynamic_configs(&self) -> Result<(), String> {
         broker_configs::refresh(self).await?;
+        group_configs::refresh(self).await?;
         features::refresh(self).await
     }
 

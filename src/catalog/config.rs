@@ -94,7 +94,7 @@ const LONG_MAX: &str = "9223372036854775807";
 pub const COMPRESSION_TYPES: &[&str] =
     &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
 
-const fn def(
+pub(crate) const fn def(
     name: &'static str,
     default: &'static str,
     kind: ConfigType,
@@ -217,7 +217,12 @@ fn unknown(name: &str) -> String {
 /// Checks a value for a named config; the error says why, in Kafka's words
 /// (`ConfigDef`'s parse and validator messages).
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
-    let def = definition(name).ok_or_else(|| unknown(name))?;
+    check(definition(name).ok_or_else(|| unknown(name))?, value)
+}
+
+/// Checks a value against a config's definition, in Kafka's words.
+pub fn check(def: &ConfigDef, value: &str) -> Result<(), String> {
+    let name = def.name;
     let why = |reason: String| format!("Invalid value {value} for configuration {name}: {reason}");
     let v = value.trim();
     let number = match def.kind {

@@ -8,7 +8,8 @@
 //!
 //! A single broker's dynamic broker configs (Kafka's KIP-226: the cluster
 //! default and this broker's own) are kept next to the topics, in
-//! `broker-configs.json`, written the same way. Which names and values are
+//! `broker-configs.json`, written the same way, and so are the groups'
+//! config overrides, in `group-configs.json`. Which names and values are
 //! valid is the API layer's question; the catalog only keeps them.
 
 pub mod config;
@@ -36,6 +37,7 @@ const CLUSTER_FILE: &str = "cluster.json";
 const TOPIC_FILE: &str = "topic.json";
 const BROKER_CONFIGS_FILE: &str = "broker-configs.json";
 const FEATURES_FILE: &str = "features.json";
+const GROUP_CONFIGS_FILE: &str = "group-configs.json";
 /// Kafka's limit on topic name length.
 const MAX_TOPIC_NAME_LEN: usize = 249;
 
@@ -350,13 +352,14 @@ pub type HeadSinks = Arc<dyn Fn(Uuid, i32) -> Arc<dyn HeadSink> + Send + Sync>;
 /// The remote part of a partition's log, by topic name, id and index.
 pub type RemoteParts = Arc<dyn Fn(&str, Uuid, i32) -> Arc<dyn RemoteLog> + Send + Sync>;
 
-/// `broker-configs.json`: configs by resource name (`""`: the default).
-type BrokerConfigsFile = BTreeMap<String, BTreeMap<String, String>>;
+/// `broker-configs.json` and `group-configs.json`: configs by resource
+/// name (for brokers, `""` is the default).
+type ConfigsFile = BTreeMap<String, BTreeMap<String, String>>;
 
 pub struct Catalog {
     root: PathBuf,
-    /// Serializes rewrites of `broker-configs.json`.
-    broker_configs_lock: parking_lot::Mutex<()>,
+    /// Serializes rewrites of `broker-configs.json` and `group-configs.json`.
+    configs_lock: parking_lot::Mutex<()>,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     pub cluster_id: String,
     producer_ids: ProducerIdAllocator,
@@ -437,7 +440,7 @@ impl Catalog {
         std::fs::create_dir_all(data_dir.join("deleted"))?;
         Ok(Catalog {
             root: data_dir.to_path_buf(),
-            broker_configs_lock: parking_lot::Mutex::new(()),
+            configs_lock: parking_lot::Mutex::new(()),
             topics: RwLock::new(topics),
             cluster_id,
             producer_ids,
@@ -634,7 +637,7 @@ impl Catalog {
     /// default, a broker id that broker's own.
     pub fn broker_configs(&self, resource: &str) -> Result<BTreeMap<String, String>, CatalogError> {
         Ok(self
-            .all_broker_configs()?
+            .read_json::<ConfigsFile>(BROKER_CONFIGS_FILE)?
             .remove(resource)
             .unwrap_or_default())
     }
@@ -645,18 +648,37 @@ impl Catalog {
         resource: &str,
         configs: BTreeMap<String, String>,
     ) -> Result<(), CatalogError> {
-        let _one_writer = self.broker_configs_lock.lock();
-        let mut all = self.all_broker_configs()?;
+        self.set_configs(BROKER_CONFIGS_FILE, resource, configs)
+    }
+
+    /// Every group's config overrides (the GROUP config resource).
+    pub fn group_configs(&self) -> Result<ConfigsFile, CatalogError> {
+        self.read_json(GROUP_CONFIGS_FILE)
+    }
+
+    /// Replaces the config overrides of `group`, durably.
+    pub fn set_group_configs(
+        &self,
+        group: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), CatalogError> {
+        self.set_configs(GROUP_CONFIGS_FILE, group, configs)
+    }
+
+    fn set_configs(
+        &self,
+        file: &str,
+        resource: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<(), CatalogError> {
+        let _one_writer = self.configs_lock.lock();
+        let mut all: ConfigsFile = self.read_json(file)?;
         if configs.is_empty() {
             all.remove(resource);
         } else {
             all.insert(resource.to_string(), configs);
         }
-        self.write_json(BROKER_CONFIGS_FILE, &all)
-    }
-
-    fn all_broker_configs(&self) -> Result<BrokerConfigsFile, CatalogError> {
-        self.read_json(BROKER_CONFIGS_FILE)
+        self.write_json(file, &all)
     }
 
     /// The finalized feature levels as stored (KIP-584), opaque here.

@@ -2,7 +2,8 @@
 //! `<prefix>/broker_configs/default` for the cluster-wide default and
 //! `<prefix>/broker_configs/<node_id>` for one broker's own, each a JSON map
 //! of config names to values. The finalized feature levels (KIP-584) are
-//! one more such map, `<prefix>/features/finalized`.
+//! one more such map, `<prefix>/features/finalized`, and each group's config
+//! overrides another, `<prefix>/group_configs/<group>`.
 //!
 //! Every change is a compare-and-swap on the key's mod revision, so two
 //! brokers changing the default at once both land: the loser rereads and
@@ -26,7 +27,8 @@ type Configs = BTreeMap<String, String>;
 #[derive(Clone)]
 pub struct BrokerConfigStore {
     etcd: Etcd,
-    /// The directory under the prefix: `broker_configs` or `features`.
+    /// The directory under the prefix: `broker_configs`, `features` or
+    /// `group_configs`.
     dir: &'static str,
 }
 
@@ -46,6 +48,18 @@ impl BrokerConfigStore {
         }
     }
 
+    /// Each group's config overrides, one resource per group.
+    pub fn groups(etcd: Etcd) -> BrokerConfigStore {
+        BrokerConfigStore {
+            etcd,
+            dir: "group_configs",
+        }
+    }
+
+    fn dir(&self) -> String {
+        format!("{}{}/", self.etcd.keys().root(), self.dir)
+    }
+
     /// `""` is the cluster default, as in Kafka's resource names.
     fn key(&self, resource: &str) -> String {
         let name = if resource.is_empty() {
@@ -53,7 +67,20 @@ impl BrokerConfigStore {
         } else {
             resource
         };
-        format!("{}{}/{name}", self.etcd.keys().root(), self.dir)
+        format!("{}{name}", self.dir())
+    }
+
+    /// Every resource's configs, by resource name.
+    pub async fn all(&self) -> Result<BTreeMap<String, Configs>> {
+        let dir = self.dir();
+        let (_, kvs) = self.etcd.get_prefix(&dir).await?;
+        kvs.iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let configs = decode(&key, kv.value())?;
+                Ok((key[dir.len()..].to_string(), configs))
+            })
+            .collect()
     }
 
     /// The configs stored for `resource` (empty when none are).

@@ -21,6 +21,7 @@
 //! <prefix>/broker_configs/default      dynamic broker configs, the cluster default (JSON map)
 //! <prefix>/broker_configs/<node_id>    dynamic broker configs of one broker (JSON map)
 //! <prefix>/features/finalized          finalized feature levels (JSON map)
+//! <prefix>/group_configs/<group>        one group's config overrides (JSON map)
 //! ```
 //!
 //! The pieces, each usable and testable alone:

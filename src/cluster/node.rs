@@ -86,6 +86,11 @@ impl ClusterNode {
         super::BrokerConfigStore::features(self.member.etcd().clone())
     }
 
+    /// Each group's config overrides.
+    pub fn group_configs(&self) -> super::BrokerConfigStore {
+        super::BrokerConfigStore::groups(self.member.etcd().clone())
+    }
+
     /// Live brokers, by node id.
     pub fn brokers(&self) -> Vec<BrokerInfo> {
         self.view.brokers()

@@ -13,6 +13,7 @@
 pub(crate) mod assignor;
 pub(crate) mod consumer;
 pub(crate) mod group;
+pub(crate) mod group_config;
 pub(crate) mod migration;
 pub(crate) mod records;
 pub(crate) mod store;
@@ -35,6 +36,7 @@ use consumer::{
     ConsumerGroup, ConsumerGroupConfig, HeartbeatParams, HeartbeatResult, TopicMeta, Topics,
 };
 use group::{Group, GroupState, JoinParams, JoinReply, Pending, SyncReply};
+use group_config::GroupConfigs;
 use records::{
     decode_assignment_epoch, decode_target, ConsumerGroupValue, ConsumerMemberValue,
     CurrentAssignmentValue, GroupValue, OffsetValue, RecordKey,
@@ -205,6 +207,9 @@ pub(crate) struct GroupCoordinator {
     /// Locked after `groups` when both are needed.
     txn: Mutex<TxnOffsets>,
     config: CoordinatorConfig,
+    /// Each group's overrides of `config` (the GROUP config resource), as
+    /// the API layer last read or wrote them.
+    group_configs: GroupConfigs,
     clock: SharedClock,
     /// Draws member ids.
     random: SharedRandom,
@@ -235,9 +240,15 @@ impl GroupCoordinator {
             groups: Mutex::new(groups),
             txn: Mutex::new(txn),
             config,
+            group_configs: GroupConfigs::default(),
             clock,
             random,
         })
+    }
+
+    /// Each group's config overrides, which take effect at its next heartbeat.
+    pub(crate) fn group_configs(&self) -> &GroupConfigs {
+        &self.group_configs
     }
 
     /// Reads the group state again from the offsets topic (cluster mode: after
@@ -834,7 +845,7 @@ impl GroupCoordinator {
                     now,
                     now_ms,
                     &topics,
-                    &cfg.consumer,
+                    &self.group_configs.consumer(group_id, &cfg.consumer),
                     || random.uuid().to_string(),
                     &mut records,
                 )
@@ -1108,7 +1119,12 @@ impl GroupCoordinator {
             let expired = g
                 .consumer
                 .as_ref()
-                .map(|cg| cg.expired(now, &self.config.consumer))
+                .map(|cg| {
+                    cg.expired(
+                        now,
+                        &self.group_configs.consumer(&g.id, &self.config.consumer),
+                    )
+                })
                 .unwrap_or_default();
             if !expired.is_empty() {
                 tracing::info!(group = %g.id, members = ?expired, "consumer group members expired");

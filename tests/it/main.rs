@@ -35,6 +35,7 @@ mod consumer_protocol;
 mod crash_recovery;
 mod delegation_tokens;
 mod fetch_sessions;
+mod group_configs;
 mod group_protocol;
 mod inter_broker;
 mod kafka44_versions;

@@ -29,7 +29,7 @@ import org.junit.jupiter.api.Timeout;
 /**
  * Dynamic broker configs (KIP-226) through Kafka's own kafka-configs and the Java Admin client, on a private
  * broker (node 1): per broker and as the cluster default, described with Kafka's sources and synonyms,
- * deleted, refused for a read-only config, and still there after the broker restarts.
+ * deleted, refused for a read-only config, and still there after the broker restarts; and a group's configs.
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS)
 class BrokerConfigsCliTest {
@@ -132,5 +132,21 @@ class BrokerConfigsCliTest {
     var after = cli("--entity-type", "brokers", "--entity-name", "1", "--describe");
     assertEquals(0, after.exit(), after.toString());
     assertFalse(after.out().contains("DYNAMIC_BROKER_CONFIG:max.connections.per.ip"), after.toString());
+  }
+
+  @Test
+  void kafkaConfigsSetsAndDescribesAGroupsConfigsAndRefusesABadOne() throws Exception {
+    var set = cli("--entity-type", "groups", "--entity-name", "cli-orders", "--alter", "--add-config",
+        "consumer.heartbeat.interval.ms=7000");
+    assertEquals(0, set.exit(), set.toString());
+    var described = cli("--entity-type", "groups", "--entity-name", "cli-orders", "--describe");
+    assertEquals(0, described.exit(), described.toString());
+    assertTrue(described.out().contains("consumer.heartbeat.interval.ms=7000 sensitive=false synonyms={"
+        + "DYNAMIC_GROUP_CONFIG:consumer.heartbeat.interval.ms=7000, "
+        + "STATIC_BROKER_CONFIG:group.consumer.heartbeat.interval.ms=5000}"), described.toString());
+    var outOfRange = cli("--entity-type", "groups", "--entity-name", "cli-orders", "--alter", "--add-config",
+        "consumer.session.timeout.ms=1000");
+    assertNotEquals(0, outOfRange.exit(), outOfRange.toString());
+    assertTrue(outOfRange.toString().contains("must be in the range 45000 to 60000"), outOfRange.toString());
   }
 }
