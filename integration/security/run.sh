@@ -140,7 +140,7 @@ fi
 java_tool() { # CLASS ARGS...
   timeout 60 java -Dlog4j2.level=warn -cp "$JAVA_LIB/*" "$@"
 }
-kafka_configs() { java_tool kafka.admin.ConfigCommand "$@"; }
+kafka_configs() { java_tool org.apache.kafka.tools.ConfigCommand "$@"; }
 kafka_topics() { java_tool org.apache.kafka.tools.TopicCommand "$@"; }
 
 # ------------------------------------------------------------------ checks
@@ -309,10 +309,10 @@ check "kafka-topics.sh with an untrusted certificate refused" topics_cli_refused
 java_console() {
   local t="java-console-$$"
   seq 1 20 | java_tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "127.0.0.1:$P_SASL_SSL" \
-    --producer.config "$WORK/alice-scram.properties" --topic "$t" || return 1
+    --command-config "$WORK/alice-scram.properties" --topic "$t" || return 1
   local got
   got=$(java_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "127.0.0.1:$P_SASL_SSL" \
-    --consumer.config "$WORK/alice-scram.properties" --topic "$t" --from-beginning --max-messages 20 --timeout-ms 20000)
+    --command-config "$WORK/alice-scram.properties" --topic "$t" --from-beginning --max-messages 20 --timeout-ms 20000)
   [ "$got" = "$(seq 1 20)" ] || { echo "got: $got"; return 1; }
 }
 check "Java client (console producer/consumer) over SASL_SSL SCRAM-SHA-512" java_console
@@ -383,13 +383,13 @@ P
 }
 produce_with() { # PROPS TOPIC
   seq 1 5 | java_tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "127.0.0.1:$P_SASL_SSL" \
-    --producer.config "$1" --topic "$2" --producer-property max.block.ms=10000
+    --command-config "$1" --topic "$2" --command-property max.block.ms=10000
 }
 round_trip_with() { # PROPS TOPIC: 5 lines produced and read back with these credentials
   produce_with "$1" "$2" || return 1
   local got
   got=$(java_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "127.0.0.1:$P_SASL_SSL" \
-    --consumer.config "$1" --topic "$2" --from-beginning --max-messages 5 --timeout-ms 20000)
+    --command-config "$1" --topic "$2" --from-beginning --max-messages 5 --timeout-ms 20000)
   [ "$got" = "$(seq 1 5)" ] || { echo "read back: $got"; return 1; }
 }
 cli_delegation_tokens() {
@@ -449,7 +449,7 @@ mtls = {"bootstrap.servers": f"127.0.0.1:{p_ssl}", "security.protocol": "SSL",
     "ssl.certificate.location": f"{work}/client.pem", "ssl.key.location": f"{work}/client.key"}
 def configs(*args):
     return subprocess.run(["timeout", "60", "java", "-Dlog4j2.level=warn", "-cp", f"{lib}/*",
-        "kafka.admin.ConfigCommand", "--bootstrap-server", f"127.0.0.1:{p_plain}",
+        "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", f"127.0.0.1:{p_plain}",
         "--entity-type", "brokers", "--entity-name", "1", *args], capture_output=True, text=True)
 def connects(ca):
     try:
