@@ -588,15 +588,21 @@ fn repeated_brokers<'a>(resources: impl Iterator<Item = (i8, &'a str)>) -> Vec<S
         .collect()
 }
 
-/// Alters BROKER resource `name` after Kafka's checks of the request.
-async fn alter_broker(
+/// Alters a BROKER or GROUP resource after Kafka's checks of the request.
+/// `repeated`: the BROKER resources the request names more than once.
+async fn alter_dynamic(
     broker: &Broker,
+    kind: i8,
     name: &str,
     configs: &[(&str, Option<&str>, i8)],
     replace: bool,
     validate_only: bool,
     repeated: &[String],
 ) -> Result<(), Failure> {
+    if kind == RESOURCE_GROUP {
+        let changes = checked_changes(configs)?;
+        return group_configs::alter(broker, name, changes, replace, validate_only).await;
+    }
     if repeated.iter().any(|r| r == name) {
         return Err((
             ResponseError::InvalidRequest.code(),
@@ -606,17 +612,6 @@ async fn alter_broker(
     let changes = checked_changes(configs)?;
     broker_configs::check_resource_name(broker, name)?;
     broker_configs::alter(broker, name, changes, replace, validate_only).await
-}
-
-async fn alter_group(
-    broker: &Broker,
-    name: &str,
-    configs: &[(&str, Option<&str>, i8)],
-    replace: bool,
-    validate_only: bool,
-) -> Result<(), Failure> {
-    let changes = checked_changes(configs)?;
-    group_configs::alter(broker, name, changes, replace, validate_only).await
 }
 
 fn error_pair(e: CatalogError) -> Failure {
@@ -672,23 +667,17 @@ pub(super) async fn alter_configs(
     );
     for r in req.resources {
         responses.push({
-            let result = if r.resource_type == RESOURCE_BROKER {
+            let kind = r.resource_type;
+            let result = if kind == RESOURCE_BROKER || kind == RESOURCE_GROUP {
                 let configs: Vec<(&str, Option<&str>, i8)> = r
                     .configs
                     .iter()
                     .map(|c| (c.name.as_str(), c.value.as_deref(), OP_SET))
                     .collect();
                 let name = r.resource_name.as_str();
-                alter_broker(&broker, name, &configs, true, req.validate_only, &repeated).await
-            } else if r.resource_type == RESOURCE_GROUP {
-                let configs: Vec<(&str, Option<&str>, i8)> = r
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.as_str(), c.value.as_deref(), OP_SET))
-                    .collect();
-                let name = r.resource_name.as_str();
-                alter_group(&broker, name, &configs, true, req.validate_only).await
-            } else if r.resource_type != RESOURCE_TOPIC {
+                let only = req.validate_only;
+                alter_dynamic(&broker, kind, name, &configs, true, only, &repeated).await
+            } else if kind != RESOURCE_TOPIC {
                 Err(unsupported(r.resource_type))
             } else {
                 let changes: Vec<(&str, Option<&str>)> = r
@@ -725,21 +714,16 @@ pub(super) async fn incremental_alter_configs(
     );
     for r in req.resources {
         let name = r.resource_name.as_str();
-        let result = if r.resource_type == RESOURCE_BROKER {
+        let kind = r.resource_type;
+        let result = if kind == RESOURCE_BROKER || kind == RESOURCE_GROUP {
             let configs: Vec<(&str, Option<&str>, i8)> = r
                 .configs
                 .iter()
                 .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_operation))
                 .collect();
-            alter_broker(&broker, name, &configs, false, req.validate_only, &repeated).await
-        } else if r.resource_type == RESOURCE_GROUP {
-            let configs: Vec<(&str, Option<&str>, i8)> = r
-                .configs
-                .iter()
-                .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_operation))
-                .collect();
-            alter_group(&broker, name, &configs, false, req.validate_only).await
-        } else if r.resource_type != RESOURCE_TOPIC {
+            let only = req.validate_only;
+            alter_dynamic(&broker, kind, name, &configs, false, only, &repeated).await
+        } else if kind != RESOURCE_TOPIC {
             Err(unsupported(r.resource_type))
         } else {
             match incremental_changes(&broker, name, &r.configs) {
