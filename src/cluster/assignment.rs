@@ -11,9 +11,10 @@
 //!    epoch. A handover towards a broker that is gone is cancelled.
 //! 2. A partition without a usable leader — new, leader dead, or leader
 //!    released it — gets one: the handover target if it is live, otherwise the
-//!    least loaded broker. Epoch is the old one + 1, or 0 for a new partition.
+//!    least loaded broker, a settled one (below) for a partition that had a
+//!    leader. Epoch is the old one + 1, or 0 for a new partition.
 //! 3. While the most loaded broker has two more partitions than the least
-//!    loaded one, one partition moves between them, cheapest move first:
+//!    loaded settled one, one partition moves between them, cheapest move first:
 //!    re-placing a partition rule 2 just placed, cancelling a handover back
 //!    towards its current leader, starting a handover, retargeting one.
 //!    Load counts a partition in handover at its target, so moves already under
@@ -22,6 +23,13 @@
 //!
 //! Rule 3 only ever *starts* handovers for partitions with a live leader; the
 //! leader and epoch change when the old leader's release arrives (rule 2).
+//!
+//! A broker is *settled* once it has been a member for a while (the
+//! controller decides; see `controller`). Until then it gets new partitions
+//! but neither failovers nor handovers, so that a broker restarting again and
+//! again (a crash loop, a failing machine) does not take partitions down with
+//! it each time; Kafka similarly waits for its periodic preferred-leader
+//! election before leadership returns to a restarted broker.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,11 +71,13 @@ pub struct ReleaseAck {
     pub epoch: i32,
 }
 
-/// The assignment the controller should write, given the live brokers, every
-/// topic's partition count, the current assignment and the releases received.
-/// Topics absent from `topics` are absent from the result.
+/// The assignment the controller should write, given the live brokers (and
+/// which of them are settled), every topic's partition count, the current
+/// assignment and the releases received. Topics absent from `topics` are
+/// absent from the result.
 pub fn plan(
     live: &BTreeSet<NodeId>,
+    settled: &BTreeSet<NodeId>,
     topics: &BTreeMap<Uuid, i32>,
     current: &Assignment,
     released: &BTreeSet<ReleaseAck>,
@@ -121,8 +131,10 @@ pub fn plan(
             .unwrap_or_else(|| {
                 // Spread the topic first, as Kafka spreads a topic's replicas.
                 let spread = topic_spread(&next[&topic], live);
+                let failover = old.is_some() && load.keys().any(|n| settled.contains(n));
                 *load
                     .iter()
+                    .filter(|(n, _)| !failover || settled.contains(*n))
                     .min_by_key(|(n, l)| (spread[*n], **l, **n))
                     .expect("live is not empty")
                     .0
@@ -145,7 +157,9 @@ pub fn plan(
             .iter()
             .max_by_key(|(n, l)| (**l, **n))
             .expect("live is not empty");
-        let dst = least_loaded(&load);
+        let Some(dst) = least_loaded(&load, settled) else {
+            break;
+        };
         if most - load[&dst] <= 1 {
             break;
         }
@@ -156,13 +170,12 @@ pub fn plan(
     next
 }
 
-/// Least loaded broker, the smallest id among equals.
-fn least_loaded(load: &BTreeMap<NodeId, usize>) -> NodeId {
-    *load
-        .iter()
+/// Least loaded settled broker, the smallest id among equals.
+fn least_loaded(load: &BTreeMap<NodeId, usize>, settled: &BTreeSet<NodeId>) -> Option<NodeId> {
+    load.iter()
+        .filter(|(n, _)| settled.contains(*n))
         .min_by_key(|(n, l)| (**l, **n))
-        .expect("live is not empty")
-        .0
+        .map(|(n, _)| *n)
 }
 
 /// How many partitions of one topic head to each live broker.
@@ -391,7 +404,7 @@ mod tests {
         );
         // Running again on the result, with nothing released, changes nothing.
         assert_eq!(
-            &plan(live, topics, next, &BTreeSet::new()),
+            &plan(live, live, topics, next, &BTreeSet::new()),
             next,
             "not a fixed point"
         );
@@ -401,7 +414,7 @@ mod tests {
     fn new_topics_spread_evenly_from_epoch_zero() {
         let live = nodes(&[1, 2, 3]);
         let topics = BTreeMap::from([(topic(1), 4), (topic(2), 5)]);
-        let a = plan(&live, &topics, &Assignment::new(), &BTreeSet::new());
+        let a = plan(&live, &live, &topics, &Assignment::new(), &BTreeSet::new());
         check(&live, &topics, &Assignment::new(), &BTreeSet::new(), &a);
         assert_eq!(leaders(&a).into_values().collect::<Vec<_>>(), [3, 3, 3]);
         assert!(a
@@ -415,12 +428,13 @@ mod tests {
         let topics = BTreeMap::from([(topic(1), 9)]);
         let a = plan(
             &nodes(&[1, 2, 3]),
+            &nodes(&[1, 2, 3]),
             &topics,
             &Assignment::new(),
             &BTreeSet::new(),
         );
         let live = nodes(&[1, 2]);
-        let b = plan(&live, &topics, &a, &BTreeSet::new());
+        let b = plan(&live, &live, &topics, &a, &BTreeSet::new());
         check(&live, &topics, &a, &BTreeSet::new(), &b);
         for (p, old) in &a[&topic(1)] {
             let new = b[&topic(1)][p];
@@ -439,12 +453,13 @@ mod tests {
         let topics = BTreeMap::from([(topic(1), 7), (topic(2), 5)]);
         let a = plan(
             &nodes(&[1, 2, 3]),
+            &nodes(&[1, 2, 3]),
             &topics,
             &Assignment::new(),
             &BTreeSet::new(),
         );
         let live = nodes(&[1, 2, 3, 4]);
-        let b = plan(&live, &topics, &a, &BTreeSet::new());
+        let b = plan(&live, &live, &topics, &a, &BTreeSet::new());
         check(&live, &topics, &a, &BTreeSet::new(), &b);
         // Leaders and epochs unchanged; exactly 12/4 = 3 handovers, all towards 4.
         let handovers: Vec<_> = b
@@ -456,7 +471,7 @@ mod tests {
         assert_eq!(leaders(&a), leaders(&b));
         // Releases complete them: 4 leads 3, with epoch + 1.
         let released = all_releases(&b);
-        let c = plan(&live, &topics, &b, &released);
+        let c = plan(&live, &live, &topics, &b, &released);
         check(&live, &topics, &b, &released, &c);
         assert_eq!(leaders(&c).into_values().collect::<Vec<_>>(), [3, 3, 3, 3]);
         for (t, parts) in &c {
@@ -470,15 +485,55 @@ mod tests {
     }
 
     #[test]
+    fn a_broker_not_yet_settled_gets_new_partitions_but_no_failover_or_handover() {
+        let topics = BTreeMap::from([(topic(1), 6)]);
+        let three = nodes(&[1, 2, 3]);
+        let a = plan(
+            &three,
+            &three,
+            &topics,
+            &Assignment::new(),
+            &BTreeSet::new(),
+        );
+        // Broker 3 dies and comes back: while it settles, 1 and 2 keep what
+        // they took over, and its own old partitions do not return to it.
+        let two = nodes(&[1, 2]);
+        let b = plan(&two, &two, &topics, &a, &BTreeSet::new());
+        let c = plan(&three, &two, &topics, &b, &BTreeSet::new());
+        assert_eq!(c, b, "nothing handed to the unsettled broker");
+        // Broker 1 dies meanwhile: its partitions fail over to 2 only.
+        let d = plan(&nodes(&[2, 3]), &nodes(&[2]), &topics, &c, &BTreeSet::new());
+        assert_eq!(leaders(&d).get(&3), None, "{d:?}");
+        // New partitions spread over every live broker, settled or not.
+        let more = BTreeMap::from([(topic(1), 6), (topic(2), 2)]);
+        let e = plan(&nodes(&[2, 3]), &nodes(&[2]), &more, &d, &BTreeSet::new());
+        assert!(e[&topic(2)].values().any(|p| p.leader == 3), "{e:?}");
+        // Once settled, 3 takes its share by handover.
+        let f = plan(&three, &three, &topics, &b, &BTreeSet::new());
+        let handovers = f
+            .values()
+            .flat_map(|t| t.values())
+            .filter(|e| e.handover_to == Some(3));
+        assert_eq!(handovers.count(), 2);
+    }
+
+    #[test]
     fn a_handover_to_a_broker_that_died_is_cancelled() {
         let topics = BTreeMap::from([(topic(1), 6)]);
         let a = plan(
+            &nodes(&[1, 2]),
             &nodes(&[1, 2]),
             &topics,
             &Assignment::new(),
             &BTreeSet::new(),
         );
-        let b = plan(&nodes(&[1, 2, 3]), &topics, &a, &BTreeSet::new());
+        let b = plan(
+            &nodes(&[1, 2, 3]),
+            &nodes(&[1, 2, 3]),
+            &topics,
+            &a,
+            &BTreeSet::new(),
+        );
         assert_eq!(
             b[&topic(1)]
                 .values()
@@ -486,7 +541,13 @@ mod tests {
                 .count(),
             2
         );
-        let c = plan(&nodes(&[1, 2]), &topics, &b, &BTreeSet::new());
+        let c = plan(
+            &nodes(&[1, 2]),
+            &nodes(&[1, 2]),
+            &topics,
+            &b,
+            &BTreeSet::new(),
+        );
         assert_eq!(c, a);
     }
 
@@ -511,7 +572,7 @@ mod tests {
             epoch: 5,
         }]);
         let live = nodes(&[1]);
-        let next = plan(&live, &topics, &current, &released);
+        let next = plan(&live, &live, &topics, &current, &released);
         check(&live, &topics, &current, &released, &next);
         assert_eq!(
             next[&topic(1)][&0].epoch,
@@ -523,16 +584,16 @@ mod tests {
             epoch: 4,
             ..*released.first().unwrap()
         }]);
-        assert_eq!(plan(&live, &topics, &current, &stale), current);
+        assert_eq!(plan(&live, &live, &topics, &current, &stale), current);
     }
 
     #[test]
     fn deleted_topics_and_partitions_beyond_the_count_are_dropped() {
         let topics = BTreeMap::from([(topic(1), 3), (topic(2), 2)]);
         let live = nodes(&[1, 2]);
-        let a = plan(&live, &topics, &Assignment::new(), &BTreeSet::new());
+        let a = plan(&live, &live, &topics, &Assignment::new(), &BTreeSet::new());
         let fewer = BTreeMap::from([(topic(2), 1)]);
-        let b = plan(&live, &fewer, &a, &BTreeSet::new());
+        let b = plan(&live, &live, &fewer, &a, &BTreeSet::new());
         assert_eq!(b.len(), 1);
         assert_eq!(b[&topic(2)].len(), 1);
         assert_eq!(b[&topic(2)][&0], a[&topic(2)][&0]);
@@ -543,11 +604,18 @@ mod tests {
         let topics = BTreeMap::from([(topic(1), 2)]);
         let a = plan(
             &nodes(&[7]),
+            &nodes(&[7]),
             &BTreeMap::from([(topic(1), 1)]),
             &Assignment::new(),
             &BTreeSet::new(),
         );
-        let b = plan(&BTreeSet::new(), &topics, &a, &BTreeSet::new());
+        let b = plan(
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            &topics,
+            &a,
+            &BTreeSet::new(),
+        );
         assert_eq!(
             b, a,
             "partition 1 stays without a leader until a broker is live"
@@ -606,7 +674,7 @@ mod tests {
                     .into_iter()
                     .filter(|_| rng.chance(50))
                     .collect();
-                let next = plan(&live, &topics, &current, &released);
+                let next = plan(&live, &live, &topics, &current, &released);
                 check(&live, &topics, &current, &released, &next);
                 for (t, parts) in &next {
                     for (p, e) in parts {
@@ -618,17 +686,16 @@ mod tests {
                 current = next;
             }
             let released = all_releases(&current);
-            let settled = plan(&live, &topics, &current, &released);
-            check(&live, &topics, &current, &released, &settled);
-            assert!(settled
+            let done = plan(&live, &live, &topics, &current, &released);
+            check(&live, &topics, &current, &released, &done);
+            assert!(done
                 .values()
                 .flat_map(|t| t.values())
                 .all(|e| e.handover_to.is_none()));
             let mut counts: Vec<usize> = live
                 .iter()
                 .map(|n| {
-                    settled
-                        .values()
+                    done.values()
                         .flat_map(|t| t.values())
                         .filter(|e| e.leader == *n)
                         .count()
@@ -652,10 +719,10 @@ mod tests {
             let topics: BTreeMap<Uuid, i32> = (0..1 + rng.below(5))
                 .map(|t| (topic(t as u128), 1 + rng.below(20) as i32))
                 .collect();
-            let a = plan(&live, &topics, &Assignment::new(), &BTreeSet::new());
+            let a = plan(&live, &live, &topics, &Assignment::new(), &BTreeSet::new());
             let mut joined = live.clone();
             joined.insert(100);
-            let b = plan(&joined, &topics, &a, &BTreeSet::new());
+            let b = plan(&joined, &joined, &topics, &a, &BTreeSet::new());
             check(&joined, &topics, &a, &BTreeSet::new(), &b);
             let total: i32 = topics.values().sum();
             let share = total as usize / joined.len();

@@ -16,13 +16,19 @@
 //! for anything to change after that revision (or a periodic resync). Missed
 //! or duplicated events cannot matter, since every round starts from a full
 //! read.
+//!
+//! Which brokers are settled (see `assignment`) is the one thing the loop
+//! remembers between rounds: when it first saw each broker's registration.
+//! Brokers already registered when a term starts count as settled, so a new
+//! controller does not hold back a healthy cluster.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::assignment::plan;
@@ -101,11 +107,11 @@ impl Term {
     /// transactions written. Fails with [`ClusterError::NotController`] when
     /// this term is over, and with [`ClusterError::Conflict`] when something
     /// the plan depended on changed since `state` was read.
-    pub async fn apply(&self, state: &ClusterState) -> Result<usize> {
+    pub async fn apply(&self, state: &ClusterState, settled: &BTreeSet<NodeId>) -> Result<usize> {
         if state.controller_token != self.token {
             return Err(ClusterError::NotController);
         }
-        let txns = self.writes(state);
+        let txns = self.writes(state, settled);
         let n = txns.len();
         for txn in txns {
             if !self.etcd.txn(txn).await?.succeeded() {
@@ -122,11 +128,12 @@ impl Term {
     }
 
     /// One transaction per topic whose assignment or releases must change.
-    fn writes(&self, state: &ClusterState) -> Vec<Txn> {
+    fn writes(&self, state: &ClusterState, settled: &BTreeSet<NodeId>) -> Vec<Txn> {
         let keys = self.etcd.keys();
         let live = state.brokers.keys().copied().collect();
         let next = plan(
             &live,
+            settled,
             &state.partition_counts(),
             &state.assignment(),
             &state.release_acks(),
@@ -215,13 +222,15 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn spawn(member: &Member) -> Controller {
+    /// `settle`: how long a broker must have been registered to be settled.
+    pub fn spawn(member: &Member, settle: Duration) -> Controller {
         let (tx, elected) = watch::channel(false);
         let task = tokio::spawn(controller_loop(
             member.etcd().clone(),
             member.node_id(),
             member.subscribe(),
             tx,
+            settle,
         ));
         Controller {
             etcd: member.etcd().clone(),
@@ -262,11 +271,49 @@ impl Drop for Controller {
     }
 }
 
+/// When the controller first saw each broker's current registration.
+struct Arrivals {
+    settle: Duration,
+    /// Registration mod revision, and when it was first seen (`None`: at the
+    /// term's start, settled).
+    seen: HashMap<NodeId, (i64, Option<Instant>)>,
+}
+
+impl Arrivals {
+    fn new(settle: Duration) -> Arrivals {
+        Arrivals {
+            settle,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The settled brokers of `state`, after noting the registrations it
+    /// shows. The term's first read (`first`) settles everyone in it.
+    fn settled(&mut self, state: &ClusterState, first: bool, now: Instant) -> BTreeSet<NodeId> {
+        self.seen.retain(|n, _| state.registrations.contains_key(n));
+        for (node, revision) in &state.registrations {
+            let since = (!first).then_some(now);
+            match self.seen.get(node) {
+                Some((seen, _)) if seen == revision => {}
+                _ => {
+                    self.seen.insert(*node, (*revision, since));
+                }
+            }
+        }
+        self.seen
+            .iter()
+            .filter(|(_, (_, since))| since.is_none_or(|t| now.duration_since(t) >= self.settle))
+            .map(|(n, _)| *n)
+            .collect()
+    }
+}
+
 async fn controller_loop(
     etcd: Etcd,
     node_id: NodeId,
     mut lease: watch::Receiver<LeaseState>,
     elected: watch::Sender<bool>,
+    settle: Duration,
 ) {
     let backoff = Duration::from_millis(200);
     loop {
@@ -295,6 +342,8 @@ async fn controller_loop(
         };
         tracing::info!(node_id, token = term.token(), "elected controller");
         elected.send_replace(true);
+        let mut arrivals = Arrivals::new(settle);
+        let mut first = true;
         loop {
             if !matches!(*lease.borrow_and_update(), LeaseState::Live { lease: l, .. } if l == id) {
                 break;
@@ -307,7 +356,9 @@ async fn controller_loop(
                     continue;
                 }
             };
-            match term.apply(&state).await {
+            let settled = arrivals.settled(&state, first, Instant::now());
+            first = false;
+            match term.apply(&state, &settled).await {
                 Ok(_) => {
                     let root = etcd.keys().root();
                     if !wait_for_change(&etcd, &root, state.revision + 1, &mut lease).await {
@@ -350,5 +401,55 @@ async fn wait_for_change(
         _ = events => true,
         changed = lease.changed() => changed.is_ok(),
         _ = tokio::time::sleep(RESYNC) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registered(brokers: &[(NodeId, i64)]) -> ClusterState {
+        ClusterState {
+            registrations: brokers.iter().copied().collect(),
+            ..ClusterState::default()
+        }
+    }
+
+    fn nodes(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_broker_settles_after_the_delay_and_again_after_each_new_registration() {
+        let second = Duration::from_secs(1);
+        let mut arrivals = Arrivals::new(10 * second);
+        let t0 = Instant::now();
+        // Whoever is registered when the term starts is settled.
+        assert_eq!(
+            arrivals.settled(&registered(&[(1, 5)]), true, t0),
+            nodes(&[1])
+        );
+        let two = registered(&[(1, 5), (2, 7)]);
+        assert_eq!(arrivals.settled(&two, false, t0 + second), nodes(&[1]));
+        assert_eq!(
+            arrivals.settled(&two, false, t0 + 11 * second),
+            nodes(&[1, 2])
+        );
+        // 1 restarts (a new registration): it settles anew.
+        let restarted = registered(&[(1, 9), (2, 7)]);
+        assert_eq!(
+            arrivals.settled(&restarted, false, t0 + 12 * second),
+            nodes(&[2])
+        );
+        assert_eq!(
+            arrivals.settled(&restarted, false, t0 + 22 * second),
+            nodes(&[1, 2])
+        );
+        // 2 leaves and comes back with the same revision it had: forgotten meanwhile.
+        arrivals.settled(&registered(&[(1, 9)]), false, t0 + 23 * second);
+        assert_eq!(
+            arrivals.settled(&restarted, false, t0 + 24 * second),
+            nodes(&[1])
+        );
     }
 }

@@ -70,6 +70,9 @@ pub struct ClusterState {
     /// The etcd revision this state reflects; 0 until first read.
     pub revision: i64,
     pub brokers: BTreeMap<NodeId, BrokerInfo>,
+    /// The mod revision of each broker's registration: a new one is a new
+    /// incarnation (a restart, a takeover of its own registration).
+    pub registrations: BTreeMap<NodeId, i64>,
     pub controller: Option<NodeId>,
     /// Create revision of the controller key: the controller's fencing token.
     pub controller_token: i64,
@@ -104,6 +107,7 @@ impl ClusterState {
                         .filter(|id| *id == b.node_id)
                         .map(|id| {
                             s.brokers.insert(id, b);
+                            s.registrations.insert(id, kv.mod_revision);
                         })
                 })
             } else if key == &controller_key {

@@ -100,7 +100,7 @@ pub(super) async fn join(
     let wal = Wal::open(store.clone(), config.node_id, wal_settings).await?;
     let view = ClusterView::start(member.etcd().clone(), config.node_id);
     view.wait_for(|s| s.revision > 0).await;
-    let controller = Controller::spawn(&member);
+    let controller = Controller::spawn(&member, Duration::from_millis(config.cluster_settle_ms));
     tracing::info!(node = config.node_id, %url, own_floor, "joined the cluster");
     Ok(Joined {
         node: Arc::new(ClusterNode::new(cluster_id, Arc::new(member), view)),

@@ -231,6 +231,13 @@ pub struct BrokerConfig {
     #[arg(long, env = "STRATA_CLUSTER_LEASE_TTL_MS", default_value_t = 6000)]
     pub cluster_lease_ttl_ms: u64,
 
+    /// Cluster mode: how long a broker must have been a member before the
+    /// controller hands it partitions to even out leadership or fails
+    /// partitions over to it; a broker that keeps restarting meanwhile takes
+    /// nothing down with it.
+    #[arg(long, env = "STRATA_CLUSTER_SETTLE_MS", default_value_t = 10000)]
+    pub cluster_settle_ms: u64,
+
     /// Cluster mode: how often the new batches of every partition this
     /// broker leads are written to the store as one write-ahead log object.
     #[arg(long, env = "STRATA_WAL_FLUSH_MS", default_value_t = 50)]

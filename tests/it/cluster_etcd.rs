@@ -108,7 +108,7 @@ impl Broker {
     async fn start(url: &ClusterUrl, node_id: NodeId) -> Broker {
         let member = Arc::new(join(url, node_id).await.unwrap());
         let view = ClusterView::start(member.etcd().clone(), node_id);
-        let controller = Controller::spawn(&member);
+        let controller = Controller::spawn(&member, Duration::ZERO);
         let releaser = tokio::spawn(release_handovers(Arc::downgrade(&member), view.clone()));
         Broker {
             member,
@@ -387,6 +387,7 @@ async fn a_deposed_controllers_stale_write_is_rejected() {
         "two controllers"
     );
 
+    let settled = |s: &ClusterState| s.brokers.keys().copied().collect::<BTreeSet<_>>();
     let topics = TopicStore::new(m1.etcd().clone());
     let topic = topics.create("t", 3, 1, BTreeMap::new()).await.unwrap();
     let stale = t1.snapshot().await.unwrap();
@@ -399,7 +400,10 @@ async fn a_deposed_controllers_stale_write_is_rejected() {
         .unwrap()
         .expect("2 elected");
     assert_ne!(t1.token(), t2.token());
-    let err = t1.apply(&stale).await.expect_err("stale controller wrote");
+    let err = t1
+        .apply(&stale, &settled(&stale))
+        .await
+        .expect_err("stale controller wrote");
     assert!(matches!(err, ClusterError::NotController), "{err}");
     assert!(
         t2.snapshot().await.unwrap().assignment.is_empty(),
@@ -409,13 +413,20 @@ async fn a_deposed_controllers_stale_write_is_rejected() {
     // The new controller's writes land; one computed from an outdated read
     // does not, even from the right controller.
     let before = t2.snapshot().await.unwrap();
-    assert_eq!(t2.apply(&before).await.unwrap(), 1);
-    let err = t2.apply(&before).await.expect_err("outdated plan written");
+    assert_eq!(t2.apply(&before, &settled(&before)).await.unwrap(), 1);
+    let err = t2
+        .apply(&before, &settled(&before))
+        .await
+        .expect_err("outdated plan written");
     assert!(matches!(err, ClusterError::Conflict(_)), "{err}");
     let now = t2.snapshot().await.unwrap();
     assert_eq!(now.leader_of(topic.id, 0), Some((2, 0)));
     assert_eq!(leader_counts(&now), BTreeMap::from([(2, 3)]));
-    assert_eq!(t2.apply(&now).await.unwrap(), 0, "nothing left to change");
+    assert_eq!(
+        t2.apply(&now, &settled(&now)).await.unwrap(),
+        0,
+        "nothing left to change"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
