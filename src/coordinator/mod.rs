@@ -97,7 +97,11 @@ pub(crate) enum CoordinatorError {
 
 impl From<LogError> for CoordinatorError {
     fn from(e: LogError) -> Self {
-        CoordinatorError::Storage(e.to_string())
+        match e {
+            // Another broker leads the group's partition now.
+            LogError::Fenced => CoordinatorError::NotCoordinator,
+            e => CoordinatorError::Storage(e.to_string()),
+        }
     }
 }
 

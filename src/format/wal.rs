@@ -27,6 +27,10 @@
 //! `since` is the first sequence number of the writer's run (version 2):
 //! with it a reader tells whether a fence cut that run off below an object
 //! (`wal::objects_below`). Version 1 objects lack it and still decode.
+//!
+//! From version 3 on, an entry's `leader_epoch` is the epoch at which the
+//! writer led the partition, also for a batch it replayed from an earlier
+//! leader; before, it was the batch's own.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
@@ -34,7 +38,7 @@ use uuid::Uuid;
 use super::FormatError;
 
 const MAGIC: &[u8; 4] = b"SWAL";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 4 + 2 + 2 + 4 + 8 + 8 + 8 + 4;
 /// Version 1 had no `since`.
 const HEADER_LEN_V1: usize = HEADER_LEN - 8;
@@ -62,6 +66,8 @@ pub struct WalHeader {
 pub struct WalEntry {
     pub topic_id: Uuid,
     pub partition: i32,
+    /// The epoch at which the writer led the partition when it wrote the
+    /// entry, if the object [`WalObject::writer_epochs`]; else the batches'.
     pub leader_epoch: i32,
     pub base_offset: i64,
     pub last_offset: i64,
@@ -79,6 +85,8 @@ pub struct WalObject {
     pub batches: Bytes,
     /// A fence that only plugs a slot.
     pub plug: bool,
+    /// Entries carry the writer's leader epoch (version 3 on).
+    pub writer_epochs: bool,
 }
 
 impl WalObject {
@@ -236,8 +244,8 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
     let version = b.get_u16();
     let header_len = match version {
         1 => HEADER_LEN_V1,
-        VERSION if body_len >= HEADER_LEN => HEADER_LEN,
-        VERSION => return Err(corrupt("shorter than a header")),
+        2..=VERSION if body_len >= HEADER_LEN => HEADER_LEN,
+        2..=VERSION => return Err(corrupt("shorter than a header")),
         _ => return Err(corrupt(&format!("unknown version {version}"))),
     };
     let flags = b.get_u16();
@@ -254,6 +262,7 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
             entries: None,
             batches: Bytes::new(),
             plug: flags & PLUG != 0,
+            writer_epochs: version >= 3,
         });
     }
     let table = (count as usize)
@@ -280,6 +289,7 @@ pub fn decode(bytes: Bytes) -> Result<WalObject, FormatError> {
         entries: Some(entries),
         batches: bytes.slice(start..body_len),
         plug: false,
+        writer_epochs: version >= 3,
     };
     for e in object.entries.iter().flatten() {
         object.batches_of(e)?;
@@ -324,11 +334,31 @@ mod tests {
         assert_eq!(&obj.batches_of(&entries[1]).unwrap()[..], b"h3r3");
     }
 
+    /// `object` with its version set to `version`, CRC fixed.
+    fn as_version(object: &[u8], version: u16) -> Bytes {
+        let mut b = BytesMut::from(&object[..object.len() - FOOTER_LEN]);
+        b[4..6].copy_from_slice(&version.to_be_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.put_u32(crc);
+        b.freeze()
+    }
+
+    #[test]
+    fn only_objects_from_version_3_on_carry_writer_epochs() {
+        let mut w = WalBuilder::default();
+        w.push(Uuid::from_u128(1), 0, 5, 10, 10, b"h", b"r");
+        let v3 = w.finish(header(9));
+        assert!(decode(v3.clone()).unwrap().writer_epochs);
+        let v2 = decode(as_version(&v3, 2)).unwrap();
+        assert!(!v2.writer_epochs);
+        assert_eq!(v2.header, header(9));
+    }
+
     #[test]
     fn a_version_1_object_decodes_without_its_runs_start() {
         let mut w = WalBuilder::default();
         w.push(Uuid::from_u128(1), 0, 5, 10, 10, b"h", b"r");
-        let v2 = w.finish(header(9));
+        let v2 = as_version(&w.finish(header(9)), 2);
         // Version 1: the same without `since`, which follows `seq`.
         let since_at = HEADER_LEN_V1 - 4;
         let mut v1 = BytesMut::new();
@@ -340,6 +370,7 @@ mod tests {
         v1.put_u32(crc);
         let obj = decode(v1.freeze()).unwrap();
         assert_eq!(obj.header.since, None);
+        assert!(!obj.writer_epochs);
         assert_eq!(obj.header.seq, 9);
         let entry = obj.entries.clone().unwrap()[0];
         assert_eq!(&obj.batches_of(&entry).unwrap()[..], b"hr");

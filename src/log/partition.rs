@@ -165,6 +165,10 @@ struct State {
     log_start_offset: i64,
     producers: ProducerStates,
     epochs: LeaderEpochs,
+    /// False unless this broker leads the partition (cluster mode): until a
+    /// takeover has ended, and from a handover on. Checked under the lock,
+    /// so once `stop_appends` returns the end offset is final.
+    appends_open: bool,
 }
 
 impl State {
@@ -308,6 +312,8 @@ impl Partition {
             log_start_offset,
             producers,
             epochs,
+            // In a cluster the partition takes appends once taken over.
+            appends_open: settings.head_sink.is_none(),
         };
         let end = state.end_offset();
         Ok(Partition {
@@ -337,7 +343,7 @@ impl Partition {
             });
         }
         self.check_writable()?;
-        let st = self.state.lock();
+        let st = self.lock_led()?;
         if let SequenceCheck::Duplicate(m) = st.producers.check(&header)? {
             return Ok(AppendOutcome {
                 base_offset: m.first_offset,
@@ -368,10 +374,21 @@ impl Partition {
         self.check_writable()?;
         let raw = control::encode_marker(producer_id, producer_epoch, marker, self.clock.now_ms());
         let header = BatchHeader::parse(&raw)?.expect("a marker is a whole batch");
-        let st = self.state.lock();
+        let st = self.lock_led()?;
         st.producers
             .check_marker(producer_id, producer_epoch, marker.coordinator_epoch)?;
         self.append_locked(st, &raw, header, Some(marker), cfg)
+    }
+
+    /// The state, locked, if this broker leads the partition: a broker
+    /// that does not answers no append, a duplicate neither (its log may
+    /// hold what it never made durable).
+    fn lock_led(&self) -> Result<parking_lot::MutexGuard<'_, State>, LogError> {
+        let st = self.state.lock();
+        if !st.appends_open {
+            return Err(LogError::Fenced);
+        }
+        Ok(st)
     }
 
     fn check_writable(&self) -> Result<(), LogError> {
@@ -696,7 +713,8 @@ impl Partition {
     /// which may hold what an earlier leadership appended but never made
     /// durable, and continues at `point` as a restore does. The batches the
     /// previous leader made durable beyond it follow through
-    /// [`Partition::append_recovered`].
+    /// [`Partition::append_recovered`]; other appends wait for
+    /// [`Partition::start_appends`].
     pub fn reset(&self, point: &RestorePoint) -> Result<(), LogError> {
         let mut st = self.state.lock();
         for seg in std::mem::take(&mut st.segments).into_values() {
@@ -722,6 +740,7 @@ impl Partition {
         st.log_start_offset = point.log_start_offset;
         st.producers = restored.producers;
         st.epochs = restored.epochs;
+        st.appends_open = self.head_sink.is_none();
         drop(st);
         self.end_offset.send_replace(point.next_offset);
         self.durable.send_replace(point.next_offset);
@@ -762,9 +781,12 @@ impl Partition {
             .append(head, records, &header, now, cfg.index_interval_bytes)?;
         st.track(&header, marker);
         if let Some(sink) = &self.head_sink {
+            // The entry carries this leadership's epoch, not the batch's:
+            // a takeover replays only the entries of the leadership the
+            // manifest records.
             sink.submit(
                 &self.durable,
-                header.leader_epoch,
+                self.leader_epoch.load(Ordering::Relaxed),
                 header.base_offset,
                 header.last_offset(),
                 head,
@@ -975,6 +997,17 @@ impl Partition {
     /// Whether appends are made durable by a head sink.
     pub fn has_head_sink(&self) -> bool {
         self.head_sink.is_some()
+    }
+
+    /// Refuses every append from now on (`LogError::Fenced`): another
+    /// broker leads the partition now.
+    pub fn stop_appends(&self) {
+        self.state.lock().appends_open = false;
+    }
+
+    /// Takes appends again, once a takeover made this broker the leader.
+    pub fn start_appends(&self) {
+        self.state.lock().appends_open = true;
     }
 
     /// The leader epoch stamped into batches from now on.
@@ -1480,16 +1513,29 @@ mod tests {
         }
     }
 
+    /// A partition with a head sink, as a cluster's broker opens it, taken over at 0.
+    fn led_partition(dir: &Path, sink: Arc<HeldSink>) -> Arc<Partition> {
+        let settings = PartitionSettings {
+            visibility: Visibility::Appended,
+            head_sink: Some(sink),
+            ..Default::default()
+        };
+        let p = Arc::new(Partition::open(dir, settings).unwrap());
+        p.reset(&RestorePoint {
+            next_offset: 0,
+            log_start_offset: 0,
+            producers: None,
+        })
+        .unwrap();
+        p.start_appends();
+        p
+    }
+
     #[tokio::test]
     async fn a_head_sink_holds_the_high_watermark_until_its_store_has_the_batch() {
         let dir = tempfile::tempdir().unwrap();
         let sink = Arc::new(HeldSink::default());
-        let settings = PartitionSettings {
-            visibility: Visibility::Appended,
-            head_sink: Some(sink.clone()),
-            ..Default::default()
-        };
-        let p = Arc::new(Partition::open(dir.path(), settings).unwrap());
+        let p = led_partition(dir.path(), sink.clone());
         p.append(&make_batch(3, -1, -1, -1, 1), &cfg()).unwrap();
         assert_eq!((p.high_watermark(), p.end_offset()), (0, 3));
         assert!(p.read(0, 1 << 20, true).unwrap().records.is_empty());
@@ -1524,6 +1570,51 @@ mod tests {
         sink.fenced.send_replace(true);
         assert!(matches!(waiting.await.unwrap(), Err(LogError::Fenced)));
         assert_eq!(p.high_watermark(), 3);
+    }
+
+    #[test]
+    fn a_partition_handed_over_takes_no_appends_until_taken_over_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = PartitionSettings {
+            head_sink: Some(Arc::new(HeldSink::default())),
+            ..Default::default()
+        };
+        let opened = Partition::open(dir.path(), settings).unwrap();
+        let refused = opened.append(&make_batch(1, -1, -1, -1, 1), &cfg());
+        assert!(matches!(refused, Err(LogError::Fenced)), "not led yet");
+        drop(opened);
+
+        let p = led_partition(dir.path(), Arc::new(HeldSink::default()));
+        p.append(&make_batch(2, -1, -1, -1, 1), &cfg()).unwrap();
+        p.stop_appends();
+        let marker = EndTxnMarker {
+            commit: true,
+            coordinator_epoch: 0,
+        };
+        assert!(matches!(
+            p.append(&make_batch(1, -1, -1, -1, 2), &cfg()),
+            Err(LogError::Fenced)
+        ));
+        assert!(matches!(
+            p.append_marker(7, 0, marker, &cfg()),
+            Err(LogError::Fenced)
+        ));
+        assert_eq!(p.end_offset(), 2, "the end a handover reads is final");
+
+        p.reset(&RestorePoint {
+            next_offset: 2,
+            log_start_offset: 0,
+            producers: None,
+        })
+        .unwrap();
+        let refused = p.append(&make_batch(1, -1, -1, -1, 3), &cfg());
+        assert!(
+            matches!(refused, Err(LogError::Fenced)),
+            "until the takeover ends"
+        );
+        p.start_appends();
+        p.append(&make_batch(1, -1, -1, -1, 3), &cfg()).unwrap();
+        assert_eq!(p.end_offset(), 3);
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub trait HeadSink: Send + Sync {
     /// waits to become durable).
     fn check(&self) -> Result<(), LogError>;
 
-    /// Takes one stamped batch covering `base_offset..=last_offset` and
+    /// Takes one stamped batch covering `base_offset..=last_offset`,
+    /// appended while this broker led the partition at `leader_epoch`, and
     /// raises `durable` to `last_offset + 1` once it is durable. Called in
     /// offset order, under the partition's append lock.
     fn submit(

@@ -30,6 +30,7 @@ use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::txn::TxnCoordinator;
 use crate::coordinator::GroupCoordinator;
+use crate::log::Partition;
 use crate::tier::{Claim, Tier, WalCollector};
 use crate::wal::{self, Wal, WalSettings};
 
@@ -246,7 +247,7 @@ impl Leadership {
                 // A newer leader took this broker's partitions after it was
                 // paused past its lease: nothing it holds may be served. A
                 // fresh run fences its own earlier runs and starts clean.
-                self.node.stop_all();
+                self.stop_leading_all();
                 if let Err(e) = self.node.member().leave().await {
                     tracing::warn!(error = %e, "leaving the cluster failed");
                 }
@@ -258,10 +259,10 @@ impl Leadership {
             let registered = match self.node.member().lease_state() {
                 LeaseState::Live { revision, .. } => revision,
                 LeaseState::Lost => {
-                    let dropped = self.node.stop_all();
-                    if !dropped.is_empty() {
+                    let dropped = self.stop_leading_all();
+                    if dropped > 0 {
                         tracing::warn!(
-                            partitions = dropped.len(),
+                            partitions = dropped,
                             "lease lost: serving nothing until it is back"
                         );
                     }
@@ -286,7 +287,7 @@ impl Leadership {
                     .iter()
                     .any(|l| l.topic == topic && l.partition == partition && l.epoch == epoch);
                 if !still {
-                    self.node.stop_serving(topic, partition);
+                    self.stop_leading(topic, partition);
                     tracing::info!(%topic, partition, epoch, "no longer the leader");
                 }
             }
@@ -343,8 +344,10 @@ impl Leadership {
         // This broker may have led some of them until it lost its lease a
         // moment ago: what it appended then must be in its log before the
         // takeover reads the head back from there.
+        // Appends stop first, or one could land after the end waited for.
         let ttl = self.node.member().ttl();
         let flushed = futures::future::join_all(claims.iter().map(|c| {
+            c.partition.stop_appends();
             let appended = c.partition.end_offset();
             tokio::time::timeout(ttl, c.partition.wait_durable(appended))
         }))
@@ -383,16 +386,31 @@ impl Leadership {
         }
     }
 
+    /// Stops serving the partition and refuses appends to it, the internal
+    /// ones too (the group coordinator writes on its own timers): what
+    /// this broker appended after the next leader read its log would be
+    /// acknowledged and then lost.
+    fn stop_leading(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
+        self.node.stop_serving(topic_id, index);
+        let p = self.catalog.topic_by_id(topic_id)?.partition(index)?;
+        p.stop_appends();
+        Some(p)
+    }
+
+    /// Stops leading every partition; returns how many it led.
+    fn stop_leading_all(&self) -> usize {
+        let led = self.node.stop_all();
+        for ((topic_id, index), _) in &led {
+            self.stop_leading(*topic_id, *index);
+        }
+        led.len()
+    }
+
     /// Stops serving a partition the controller hands to another broker,
     /// waits until its head is in the store, and releases it. True once
     /// released.
     async fn release(&self, topic_id: Uuid, index: i32, epoch: i32) -> bool {
-        self.node.stop_serving(topic_id, index);
-        let durable = match self
-            .catalog
-            .topic_by_id(topic_id)
-            .and_then(|t| t.partition(index))
-        {
+        let durable = match self.stop_leading(topic_id, index) {
             Some(p) => p.wait_durable(p.end_offset()).await,
             None => Ok(()),
         };

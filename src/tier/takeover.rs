@@ -21,6 +21,14 @@
 //!    own and be serving from a log nobody fenced: then start over). From that
 //!    version on, every manifest write of the old leader is refused.
 //!
+//! The previous leader's log may also hold entries of an earlier time it
+//! led the partition, which a later leader since rewrote (objects that
+//! landed past a gap, or a head the manifest never took in). Every entry
+//! records the epoch at which its writer led (a replayed batch is written
+//! again at the replaying leader's epoch), and only the entries of the
+//! leadership the manifest records are replayed (objects written before
+//! `format::wal` version 3 lack that epoch, so all of theirs are).
+//!
 //! Objects of the previous leader may have been in flight when it was fenced
 //! (`wal::fence` plugs their slots), so its log can have a gap. It
 //! acknowledged nothing at or past an object that never landed, so a
@@ -70,7 +78,8 @@ struct Prepared {
     remote: Arc<TieredPartition>,
     manifest: Arc<Manifest>,
     restore: RestorePoint,
-    previous: Option<i32>,
+    /// The broker that led last, and at which epoch.
+    previous: Option<LeaderMark>,
 }
 
 impl Tier {
@@ -105,7 +114,10 @@ impl Tier {
             let mut by_previous: BTreeMap<Option<i32>, Vec<Prepared>> = BTreeMap::new();
             for (claim, p) in prepared {
                 match p {
-                    Ok(p) => by_previous.entry(p.previous).or_default().push(p),
+                    Ok(p) => by_previous
+                        .entry(p.previous.map(|l| l.node_id))
+                        .or_default()
+                        .push(p),
                     Err(e) => done.push((claim, Err(e))),
                 }
             }
@@ -192,7 +204,7 @@ impl Tier {
                 log_start_offset: m.log_start_offset,
                 producers,
             },
-            previous: m.leader.map(|LeaderMark { node_id, .. }| node_id),
+            previous: m.leader,
             remote,
             manifest: m,
         })
@@ -239,7 +251,10 @@ impl Tier {
                     continue;
                 };
                 let (p, r) = &mut results[i];
-                if r.is_ok() {
+                // Objects before version 3 carry the batches' epochs: all replayed.
+                let led_then =
+                    !object.writer_epochs || p.previous.is_some_and(|l| l.epoch == e.leader_epoch);
+                if r.is_ok() && led_then {
                     *r = object
                         .batches_of(e)
                         .map_err(TierError::from)
@@ -291,6 +306,7 @@ impl Tier {
         match committed {
             Ok(next) => {
                 remote.adopt(next);
+                partition.start_appends();
                 let end = partition.end_offset();
                 tracing::info!(
                     topic = claim.topic.name(),

@@ -670,7 +670,9 @@ impl World {
             return;
         }
         let run = self.nodes[i].run.as_ref().unwrap();
-        run.serving.lock().clear();
+        for (p, _) in std::mem::take(&mut *run.serving.lock()) {
+            Self::partition(run, p).stop_appends();
+        }
         let fenced = run.wal.probe().await.unwrap_or(false) || run.wal.is_fenced();
         if fenced {
             self.log(format!("node {id} reconnected fenced; restarting"));
@@ -729,9 +731,13 @@ impl World {
                 continue;
             };
             let me = node.id;
-            run.serving
-                .lock()
-                .retain(|p, e| leaders[p] == (Some(me), *e));
+            run.serving.lock().retain(|p, e| {
+                let still = leaders[p] == (Some(me), *e);
+                if !still {
+                    Self::partition(run, *p).stop_appends();
+                }
+                still
+            });
             run.releasing
                 .lock()
                 .retain(|p, e| leaders[p] == (Some(me), *e));
@@ -772,6 +778,7 @@ impl World {
                 // As the broker does: what this run appended is in its own
                 // log before the takeover reads the head back from there.
                 let flushed = futures::future::join_all(claims.iter().map(|c| {
+                    c.partition.stop_appends();
                     tokio::time::timeout(TTL, c.partition.wait_durable(c.partition.end_offset()))
                 }))
                 .await;
@@ -829,7 +836,15 @@ impl World {
         }
         let (seq, value) = producer.in_flight.unwrap();
         let pid = producer.id;
-        let Some(i) = self.rng.pick(&self.believers(p)) else {
+        // Now and then the write comes from a broker that may have handed
+        // the partition over: a request that passed the leader check just
+        // before, or the group coordinator's own timers.
+        let writers = if self.rng.chance(0.1) {
+            self.nodes_where(|n| n.health == Health::Up && n.run.is_some())
+        } else {
+            self.believers(p)
+        };
+        let Some(i) = self.rng.pick(&writers) else {
             return;
         };
         let node = &mut self.nodes[i];
@@ -1031,6 +1046,7 @@ impl World {
         run.releasing.lock().insert(p, epoch);
         let connected = run.connected.clone();
         let partition = Self::partition(run, p);
+        partition.stop_appends();
         let (etcd, history, start, me) =
             (self.etcd.clone(), self.history.clone(), self.start, node.id);
         run.tasks.spawn(async move {
@@ -1412,4 +1428,20 @@ fn no_stuck_takeover_on_a_gap_in_the_previous_leaders_log() {
 #[test]
 fn no_lost_write_from_a_leader_that_recorded_itself_during_a_takeover() {
     replay_finds_nothing(3785);
+}
+
+/// A write acknowledged by a broker that no longer led the partition (a
+/// late request, or the group coordinator's own timer): the next leader
+/// had already read its log.
+#[test]
+fn no_lost_write_from_a_broker_that_handed_the_partition_over() {
+    replay_finds_nothing(1);
+}
+
+/// A write acknowledged while its broker, its lease back, took again a
+/// partition it had led: the takeover read the broker's own log before
+/// the write was in it, then restarted the partition without it.
+#[test]
+fn no_lost_write_while_a_broker_takes_its_own_partition_back() {
+    replay_finds_nothing(2459);
 }
