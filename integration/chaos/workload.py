@@ -17,6 +17,7 @@ Then `final_read` reads every partition from offset 0 to its end, read
 uncommitted and read committed, and `final_committed` the groups' offsets.
 """
 import logging
+import os
 import random
 import threading
 import time
@@ -32,13 +33,16 @@ GROUPS = {"classic": "chaos-classic", "kip848": "chaos-kip848"}
 TXN_TIMEOUT_MS = 10000
 
 LOG = logging.getLogger("librdkafka")
+# librdkafka debug contexts for the producers (say "eos,msg"), to see why
+# one retried or bumped its epoch; their lines go to clients.log.
+PRODUCER_DEBUG = os.environ.get("CHAOS_PRODUCER_DEBUG")
 
 
 def client_log(path):
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     LOG.addHandler(handler)
-    LOG.setLevel(logging.INFO)
+    LOG.setLevel(logging.DEBUG if PRODUCER_DEBUG else logging.INFO)
     LOG.propagate = False
 
 
@@ -117,6 +121,8 @@ class Workload:
         # could not prevent). Transactions cap it at their own timeout.
         conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 10,
                      "message.timeout.ms": 120000, "retry.backoff.ms": 100}, **extra)
+        if PRODUCER_DEBUG:
+            conf["debug"] = PRODUCER_DEBUG
         return Producer(conf)
 
     def idempotent(self, name, rng):
