@@ -212,6 +212,20 @@ impl State {
     }
 }
 
+/// The share of `segment.jitter.ms` of the segment at `base_offset` of the
+/// partition in `dir`.
+fn segment_jitter(dir: &Path, base_offset: i64, cfg: &AppendConfig) -> i64 {
+    let bound = cfg.segment_jitter_ms.min(cfg.segment_ms);
+    if bound <= 0 {
+        return 0;
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64_with_seed(
+        dir.as_os_str().as_encoded_bytes(),
+        base_offset as u64,
+    );
+    (hash % bound as u64) as i64
+}
+
 impl Partition {
     /// Opens (or creates) the partition in `dir`, recovering the active
     /// segment and rebuilding the producer state and the leader epoch
@@ -497,15 +511,7 @@ impl Partition {
     /// the partition and the segment's base offset spreads rolls the same
     /// way and stays the same across restarts.
     fn roll_jitter(&self, base_offset: i64, cfg: &AppendConfig) -> i64 {
-        let bound = cfg.segment_jitter_ms.min(cfg.segment_ms);
-        if bound <= 0 {
-            return 0;
-        }
-        let hash = xxhash_rust::xxh3::xxh3_64_with_seed(
-            self.dir.as_os_str().as_encoded_bytes(),
-            base_offset as u64,
-        );
-        (hash % bound as u64) as i64
+        segment_jitter(&self.dir, base_offset, cfg)
     }
 
     /// Reads whole batches from `offset` on, below the high watermark, at
@@ -1619,23 +1625,27 @@ mod tests {
 
     #[test]
     fn segment_jitter_shortens_segment_ms_per_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = Partition::open(dir.path(), Visibility::default()).unwrap();
+        let root = tempfile::tempdir().unwrap();
         let jittered = |segment_ms| AppendConfig {
             segment_ms,
             segment_jitter_ms: i64::MAX,
             ..cfg()
         };
-        assert_eq!(p.roll_jitter(0, &cfg()), 0);
+        assert_eq!(segment_jitter(root.path(), 0, &cfg()), 0);
         let spread: std::collections::HashSet<i64> = (0..100)
-            .map(|b| p.roll_jitter(b, &jittered(1000)))
+            .map(|b| segment_jitter(root.path(), b, &jittered(1000)))
             .collect();
         assert!(spread.iter().all(|j| (0..1000).contains(j)) && spread.len() > 50);
-        // A segment.ms of at least 10 s whose jitter leaves at most 3 ms: the
-        // segment rolls at once, which without jitter it would not.
-        let segment_ms = (10_000..)
-            .find(|&ms| ms - p.roll_jitter(0, &jittered(ms)) <= 3)
+        // A partition whose first segment's jitter leaves at most 3 ms of a
+        // 10 s segment.ms (one in about 3,000): it rolls at once, which
+        // without jitter it would not.
+        let segment_ms = 10_000;
+        let dir = (0..)
+            .map(|i| root.path().join(i.to_string()))
+            .find(|d| segment_ms - segment_jitter(d, 0, &jittered(segment_ms)) <= 3)
             .unwrap();
+        let p = Partition::open(&dir, Visibility::default()).unwrap();
+        assert!(segment_ms - p.roll_jitter(0, &jittered(segment_ms)) <= 3);
         p.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(10));
         let plain = AppendConfig {
