@@ -343,8 +343,8 @@ impl Leadership {
     async fn take_over(&self, claims: Vec<Claim>, alive: impl Fn(i32) -> bool) {
         // This broker may have led some of them until it lost its lease a
         // moment ago: what it appended then must be in its log before the
-        // takeover reads the head back from there.
-        // Appends stop first, or one could land after the end waited for.
+        // takeover reads the head back from there. Appends stop first, or
+        // one could land after the end waited for.
         let ttl = self.node.member().ttl();
         let flushed = futures::future::join_all(claims.iter().map(|c| {
             c.partition.stop_appends();
