@@ -134,7 +134,8 @@ printf 'default.api.timeout.ms=15000\nrequest.timeout.ms=5000\n' >>"$WORK/rogue.
 
 # ------------------------------------------------------------------ Java tools
 JAVA_LIB="$HERE/target/lib"
-if [ ! -d "$JAVA_LIB" ]; then
+if [ ! -d "$JAVA_LIB" ] || [ "$HERE/pom.xml" -nt "$JAVA_LIB" ]; then
+  rm -rf "$JAVA_LIB"
   (cd "$HERE" && mvn -B -ntp -q package | sed 's/\x1b\[0m//g') || { echo "resolving Kafka's tools failed" >&2; exit 1; }
 fi
 java_tool() { # CLASS ARGS...
