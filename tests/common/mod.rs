@@ -18,13 +18,16 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strata::server::config::BrokerConfig;
@@ -245,6 +248,30 @@ impl Raw {
     ) -> (i16, i64) {
         let p = self.produce(topic, partition, records).await;
         (p.error_code, p.base_offset)
+    }
+
+    /// DescribeConfigs v4 with synonyms of one resource, only `keys` unless
+    /// empty: its result.
+    pub async fn describe_configs(
+        &mut self,
+        resource_type: i8,
+        name: &str,
+        keys: &[&str],
+    ) -> DescribeConfigsResult {
+        let keys = (!keys.is_empty()).then(|| keys.iter().map(|k| str_bytes(k)).collect());
+        let resp: DescribeConfigsResponse = self
+            .call(
+                ApiKey::DescribeConfigs,
+                4,
+                &DescribeConfigsRequest::default()
+                    .with_include_synonyms(true)
+                    .with_resources(vec![DescribeConfigsResource::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(str_bytes(name))
+                        .with_configuration_keys(keys)]),
+            )
+            .await;
+        resp.results.into_iter().next().unwrap()
     }
 
     /// Fetch v11 of one partition (see `fetch_request`): its answer.

@@ -11,7 +11,6 @@ use std::time::Duration;
 use common::tls::{certs, Certs};
 use common::{str_bytes, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -35,20 +34,7 @@ const INVALID_CONFIG: i16 = 40;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
 async fn describe(raw: &mut Raw, name: &str, keys: &[&str]) -> DescribeConfigsResult {
-    let keys = (!keys.is_empty()).then(|| keys.iter().map(|k| str_bytes(k)).collect());
-    let resp: DescribeConfigsResponse = raw
-        .call(
-            ApiKey::DescribeConfigs,
-            4,
-            &DescribeConfigsRequest::default()
-                .with_include_synonyms(true)
-                .with_resources(vec![DescribeConfigsResource::default()
-                    .with_resource_type(BROKER)
-                    .with_resource_name(str_bytes(name))
-                    .with_configuration_keys(keys)]),
-        )
-        .await;
-    resp.results.into_iter().next().unwrap()
+    raw.describe_configs(BROKER, name, keys).await
 }
 
 /// Value, source and synonyms (name, value, source) of one broker config.

@@ -6,7 +6,6 @@
 use crate::common;
 
 use common::{str_bytes, Raw};
-use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -58,19 +57,7 @@ async fn alter(
 type Described = (String, i8, Vec<(String, String, i8)>);
 
 async fn described(raw: &mut Raw, group: &str, key: &str) -> Described {
-    let resp: DescribeConfigsResponse = raw
-        .call(
-            ApiKey::DescribeConfigs,
-            4,
-            &DescribeConfigsRequest::default()
-                .with_include_synonyms(true)
-                .with_resources(vec![DescribeConfigsResource::default()
-                    .with_resource_type(GROUP)
-                    .with_resource_name(str_bytes(group))
-                    .with_configuration_keys(Some(vec![str_bytes(key)]))]),
-        )
-        .await;
-    let result = &resp.results[0];
+    let result = raw.describe_configs(GROUP, group, &[key]).await;
     assert_eq!(result.error_code, 0, "{:?}", result.error_message);
     let c = &result.configs[0];
     let text = |v: &Option<kafka_protocol::protocol::StrBytes>| v.as_ref().unwrap().to_string();
