@@ -399,7 +399,7 @@ impl Leadership {
 
     /// Stops leading every partition; returns how many it led.
     fn stop_leading_all(&self) -> usize {
-        let led = self.node.stop_all();
+        let led = self.node.served();
         for ((topic_id, index), _) in &led {
             self.stop_leading(*topic_id, *index);
         }
