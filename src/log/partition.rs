@@ -167,7 +167,10 @@ struct State {
     epochs: LeaderEpochs,
     /// False unless this broker leads the partition (cluster mode): until a
     /// takeover has ended, and from a handover on. Checked under the lock,
-    /// so once `stop_appends` returns the end offset is final.
+    /// so once `stop_appends` returns the end offset is final. Consumers'
+    /// reads are refused too: a takeover resets the log to the store's end
+    /// and replays the head, and a reader shown an end below its position
+    /// would be sent back to its `auto.offset.reset`.
     appends_open: bool,
 }
 
@@ -396,13 +399,23 @@ impl Partition {
 
     /// The state, locked, if this broker leads the partition: a broker
     /// that does not answers no append, a duplicate neither (its log may
-    /// hold what it never made durable).
+    /// hold what it never made durable), and no consumer read.
     fn lock_led(&self) -> Result<parking_lot::MutexGuard<'_, State>, LogError> {
         let st = self.state.lock();
         if !st.appends_open {
             return Err(LogError::Fenced);
         }
         Ok(st)
+    }
+
+    /// The state, locked for a read: a consumer's read (up to the high
+    /// watermark) only while this broker leads; the broker's own replay of
+    /// its internal topics (up to the log end) at any time.
+    fn lock_for(&self, upto: Upto) -> Result<parking_lot::MutexGuard<'_, State>, LogError> {
+        match upto {
+            Upto::HighWatermark => self.lock_led(),
+            Upto::LogEnd => Ok(self.state.lock()),
+        }
     }
 
     fn check_writable(&self) -> Result<(), LogError> {
@@ -545,7 +558,7 @@ impl Partition {
                 log_start_offset,
                 last_stable_offset,
             ) = {
-                let st = self.state.lock();
+                let st = self.lock_for(upto)?;
                 let hw = self.high_watermark_locked(&st);
                 let lso = st.last_stable_offset(hw);
                 let (start, end) = (st.log_start_offset, st.end_offset());
@@ -1068,7 +1081,7 @@ impl Partition {
         upto: Upto,
     ) -> Result<FetchSlice, LogError> {
         let remote = {
-            let st = self.state.lock();
+            let st = self.lock_for(upto)?;
             let (start, end) = (st.log_start_offset, st.end_offset());
             if offset < start || offset > end {
                 return Err(LogError::OffsetOutOfRange { offset, start, end });
@@ -1621,6 +1634,42 @@ mod tests {
         p.start_appends();
         p.append(&make_batch(1, -1, -1, -1, 3), &cfg()).unwrap();
         assert_eq!(p.end_offset(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_partition_not_led_answers_no_consumer_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = Arc::new(HeldSink::default());
+        let p = led_partition(dir.path(), sink.clone());
+        p.append(&make_batch(3, -1, -1, -1, 1), &cfg()).unwrap();
+        sink.release();
+        assert_eq!(p.fetch(2, 1 << 20, true).await.unwrap().high_watermark, 3);
+
+        // A takeover of its own partition: the log goes back to the store's
+        // end, 1, before the head is replayed. A reader at 2 must not be
+        // told the log ends below it.
+        p.stop_appends();
+        p.reset(&RestorePoint {
+            next_offset: 1,
+            log_start_offset: 0,
+            producers: None,
+        })
+        .unwrap();
+        assert!(matches!(
+            p.fetch(2, 1 << 20, true).await,
+            Err(LogError::Fenced)
+        ));
+        assert!(matches!(p.read(0, 1 << 20, true), Err(LogError::Fenced)));
+        assert!(
+            p.fetch_log(0, 1 << 20, true).await.is_ok(),
+            "the broker's own replay of its internal topics still reads"
+        );
+        // What the reader would have been told without the gate.
+        p.start_appends();
+        assert!(matches!(
+            p.fetch(2, 1 << 20, true).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
     }
 
     #[test]

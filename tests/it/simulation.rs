@@ -55,7 +55,7 @@ use strata::clock::{Clock, SeededRandom, SharedClock};
 use strata::compaction::job::{JobSpec, Outcome as JobOutcome, Runner};
 use strata::compaction::policy::{disjoint_jobs, for_topic, SegmentDesc};
 use strata::format::batch::{encode_batch, whole_batches_len};
-use strata::log::Visibility;
+use strata::log::{LogError, Visibility};
 use strata::manifest::{manifest_dir, partition_prefix, ManifestStore};
 use strata::tier::{Claim, Remotes, Tier, TierSettings, WalCollector};
 use strata::wal::{self, Wal, WalSettings};
@@ -389,6 +389,9 @@ struct History {
     acks: BTreeMap<u64, Vec<(i32, i64)>>,
     /// (partition, offset) -> values read there.
     reads: BTreeMap<(i32, i64), BTreeSet<u64>>,
+    /// Readers told that the log ends below an offset they were shown
+    /// (which a client answers by going back to its `auto.offset.reset`).
+    sent_back: Vec<String>,
     trace: Vec<String>,
 }
 
@@ -883,23 +886,37 @@ impl World {
         self.log(line);
     }
 
-    /// A reader fetches `p` from a broker that believes it leads it.
+    /// A reader fetches `p` from a broker that believes it leads it, at an
+    /// offset below the high watermark it sees, at once or, as a long poll
+    /// that wakes later does, after a while.
     fn consume(&mut self, p: i32) {
         let Some(i) = self.rng.pick(&self.believers(p)) else {
             return;
         };
         let start_at = self.rng.next();
+        // From the draw's high bits, leaving the world's other draws (and
+        // so the pinned seeds below) as they were: half the reads wait.
+        let wait = Duration::from_millis((start_at >> 63) * ((start_at >> 32) % 500));
         let run = self.nodes[i].run.as_mut().unwrap();
         let partition = Self::partition(run, p);
         let (from, hw) = (partition.log_start_offset(), partition.high_watermark());
         let offset = from + (start_at % (hw - from + 1).max(1) as u64) as i64;
         let history = self.history.clone();
         run.tasks.spawn(async move {
-            if let Ok(slice) = partition.fetch(offset, 2048, true).await {
-                let mut h = history.lock();
-                for (off, value) in decode(&slice.records) {
-                    h.reads.entry((p, off)).or_default().insert(value);
+            tokio::time::sleep(wait).await;
+            match partition.fetch(offset, 2048, true).await {
+                Ok(slice) => {
+                    let mut h = history.lock();
+                    for (off, value) in decode(&slice.records) {
+                        h.reads.entry((p, off)).or_default().insert(value);
+                    }
                 }
+                Err(LogError::OffsetOutOfRange { end, .. }) if end < offset => {
+                    history.lock().sent_back.push(format!(
+                        "sent back: a reader at {p}/{offset}, below the high watermark it was shown, told the log ends at {end}"
+                    ));
+                }
+                Err(_) => {}
             }
         });
     }
@@ -1284,6 +1301,7 @@ fn check(h: &History, log: &BTreeMap<(i32, i64), u64>) -> Vec<String> {
             }
         }
     }
+    anomalies.extend(h.sent_back.iter().cloned());
     for (&(p, off), values) in &h.reads {
         if values.len() > 1 {
             anomalies.push(format!("{p}/{off} read with values {values:?}"));
@@ -1413,6 +1431,15 @@ fn replay_finds_nothing(seed: u64) {
 #[test]
 fn no_lost_write_from_an_object_that_lands_below_a_fence() {
     replay_finds_nothing(11);
+}
+
+/// A long poll that woke during a takeover on the broker it read from, which had reset
+/// the log to the store's end and not yet replayed the head: its reader was
+/// told the log ends below its position, before reads waited for the
+/// takeover to end.
+#[test]
+fn no_reader_sent_back_by_a_takeover_in_progress() {
+    replay_finds_nothing(804);
 }
 
 /// A takeover that failed for good on the gap a plugged object left in the
