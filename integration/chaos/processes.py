@@ -91,13 +91,19 @@ class Service:
             except ProcessLookupError:
                 pass
 
-    def kill(self):
-        """kill -9, and waits for the exit."""
-        with self.lock:
+    def kill(self, unless_starting=False):
+        """kill -9, and waits for the exit. With `unless_starting`, nothing
+        happens while a start holds the lock (which can take its whole
+        timeout)."""
+        if not self.lock.acquire(blocking=not unless_starting):
+            return
+        try:
             self.wanted = False
             if self.proc is not None:
                 self.signal(signal.SIGKILL)
                 self.proc.wait()
+        finally:
+            self.lock.release()
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

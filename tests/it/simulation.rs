@@ -20,7 +20,8 @@
 //!   cuts one off from etcd while it goes on serving and writing (a paused
 //!   process that resumes, a zombie), and hands partitions over;
 //! - one idempotent producer per partition retries a batch until it is
-//!   acknowledged, and readers fetch from whichever broker believes it leads;
+//!   acknowledged, and readers fetch from whichever broker believes it leads,
+//!   at once or, as a long poll does, a while later;
 //! - any broker, leader or not, zombie or not, runs compaction jobs: merges
 //!   of sealed segments whose manifest commits race the leader's uploads and
 //!   takeovers, and whose sources are deleted soon after, under readers.
@@ -28,9 +29,10 @@
 //! After healing, every partition is read from its start, and the history is
 //! checked as the chaos suite checks it: nothing acknowledged lost or moved,
 //! no value twice, nothing read that the final log does not hold at that
-//! offset. A failing seed prints itself and replays exactly:
-//! `SIM_SEED=n cargo test --release --test it simulation::`; `SIM_SEEDS=n` runs
-//! more seeds.
+//! offset, no reader told the log ends below an offset it was shown. A
+//! failing seed prints itself and replays exactly:
+//! `SIM_SEED=n cargo test --release --test it simulation::`; `SIM_SEEDS=n`
+//! runs more seeds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
