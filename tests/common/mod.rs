@@ -339,6 +339,19 @@ pub fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
+/// One change of an IncrementalAlterConfigs resource: `operation` is
+/// Kafka's SET (0), DELETE (1), APPEND (2) or SUBTRACT (3).
+pub fn config_op(
+    name: &str,
+    operation: i8,
+    value: Option<&str>,
+) -> kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig {
+    kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig::default()
+        .with_name(str_bytes(name))
+        .with_config_operation(operation)
+        .with_value(value.map(str_bytes))
+}
+
 /// CreateTopics of one topic with `partitions`, replication factor 1 and
 /// topic `configs`.
 pub fn create_topics_request(

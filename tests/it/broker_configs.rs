@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::tls::{certs, Certs};
-use common::{str_bytes, InProcess, Raw};
+use common::{config_op, str_bytes, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::incremental_alter_configs_request::{
@@ -58,13 +58,6 @@ async fn described(raw: &mut Raw, name: &str, key: &str) -> Option<Described> {
     ))
 }
 
-fn op(name: &str, operation: i8, value: Option<&str>) -> AlterableConfig {
-    AlterableConfig::default()
-        .with_name(str_bytes(name))
-        .with_config_operation(operation)
-        .with_value(value.map(str_bytes))
-}
-
 /// IncrementalAlterConfigs of BROKER resources: (name, changes).
 async fn incremental(
     raw: &mut Raw,
@@ -104,7 +97,7 @@ async fn incremental(
 async fn set(raw: &mut Raw, resource: &str, name: &str, value: &str) {
     let r = incremental(
         raw,
-        vec![(resource, vec![op(name, SET, Some(value))])],
+        vec![(resource, vec![config_op(name, SET, Some(value))])],
         false,
     )
     .await;
@@ -152,7 +145,7 @@ async fn a_per_broker_connection_limit_takes_effect_at_once_and_deleting_it_rest
     );
     let r = incremental(
         &mut admin,
-        vec![("1", vec![op("max.connections.per.ip", DELETE, None)])],
+        vec![("1", vec![config_op("max.connections.per.ip", DELETE, None)])],
         false,
     )
     .await;
@@ -284,11 +277,16 @@ async fn librdkafkas_admin_test_broker_config_is_accepted_per_broker_only() {
         .unwrap();
     assert_eq!((value.as_deref(), source), (Some("58000"), SOURCE_DYNAMIC));
     let key = "sasl.kerberos.min.time.before.relogin";
-    let r = incremental(&mut raw, vec![("", vec![op(key, SET, Some("1"))])], false).await;
+    let r = incremental(
+        &mut raw,
+        vec![("", vec![config_op(key, SET, Some("1"))])],
+        false,
+    )
+    .await;
     assert_eq!(r[0].0, INVALID_REQUEST, "{}", r[0].1);
     let r = incremental(
         &mut raw,
-        vec![("1", vec![op(key, SET, Some("soon"))])],
+        vec![("1", vec![config_op(key, SET, Some("soon"))])],
         false,
     )
     .await;
@@ -298,7 +296,11 @@ async fn librdkafkas_admin_test_broker_config_is_accepted_per_broker_only() {
         &mut raw,
         vec![(
             "1",
-            vec![op("sasl.login.refresh.window.factor", SET, Some("0.2"))],
+            vec![config_op(
+                "sasl.login.refresh.window.factor",
+                SET,
+                Some("0.2"),
+            )],
         )],
         false,
     )
@@ -316,7 +318,7 @@ async fn librdkafkas_admin_test_broker_config_is_accepted_per_broker_only() {
 async fn bad_changes_get_kafkas_error_codes_and_change_nothing() {
     let broker = InProcess::start(&[]).await;
     let mut raw = Raw::connect(broker.addr()).await;
-    let one = |name: &str, value: &str| vec![op(name, SET, Some(value))];
+    let one = |name: &str, value: &str| vec![config_op(name, SET, Some(value))];
     let cases: Vec<(&str, Vec<AlterableConfig>, i16, &str)> = vec![
         (
             "1",
@@ -374,21 +376,21 @@ async fn bad_changes_get_kafkas_error_codes_and_change_nothing() {
         ),
         (
             "1",
-            vec![op("max.connections", APPEND, Some("3"))],
+            vec![config_op("max.connections", APPEND, Some("3"))],
             INVALID_CONFIG,
             "Config value append is not allowed for config key: max.connections",
         ),
         (
             "1",
-            vec![op("max.connections", SET, None)],
+            vec![config_op("max.connections", SET, None)],
             INVALID_REQUEST,
             "Null value not supported for : max.connections",
         ),
         (
             "1",
             vec![
-                op("max.connections", SET, Some("3")),
-                op("max.connections", DELETE, None),
+                config_op("max.connections", SET, Some("3")),
+                config_op("max.connections", DELETE, None),
             ],
             INVALID_REQUEST,
             "duplicate config keys",
@@ -479,7 +481,7 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
         &mut admin,
         vec![(
             "1",
-            vec![op(location, SET, Some(garbage.to_str().unwrap()))],
+            vec![config_op(location, SET, Some(garbage.to_str().unwrap()))],
         )],
         false,
     )
@@ -490,7 +492,7 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
         &mut admin,
         vec![(
             "1",
-            vec![op(
+            vec![config_op(
                 location,
                 SET,
                 Some(stranger.keystore().to_str().unwrap()),
@@ -513,8 +515,8 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
         vec![(
             "1",
             vec![
-                op("listener.name.ssl.ssl.keystore.type", SET, Some("PEM")),
-                op(location, SET, Some(keystore.to_str().unwrap())),
+                config_op("listener.name.ssl.ssl.keystore.type", SET, Some("PEM")),
+                config_op(location, SET, Some(keystore.to_str().unwrap())),
             ],
         )],
         false,
@@ -540,13 +542,13 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
         vec![(
             "1",
             vec![
-                op(location, DELETE, None),
-                op(
+                config_op(location, DELETE, None),
+                config_op(
                     "listener.name.ssl.ssl.keystore.certificate.chain",
                     SET,
                     Some(&chain),
                 ),
-                op("listener.name.ssl.ssl.keystore.key", SET, Some(&key)),
+                config_op("listener.name.ssl.ssl.keystore.key", SET, Some(&key)),
             ],
         )],
         false,
@@ -595,7 +597,7 @@ async fn in_a_cluster_the_default_reaches_every_broker_and_a_brokers_own_stays_i
     // Broker 2 changes only its own layer, through itself.
     let r = incremental(
         &mut raw,
-        vec![("2", vec![op("max.connections", SET, Some("6000"))])],
+        vec![("2", vec![config_op("max.connections", SET, Some("6000"))])],
         false,
     )
     .await;
@@ -613,7 +615,7 @@ async fn in_a_cluster_the_default_reaches_every_broker_and_a_brokers_own_stays_i
     // Deleting broker 2's own lets the default through, after a restart too.
     let r = incremental(
         &mut raw2,
-        vec![("2", vec![op("max.connections", DELETE, None)])],
+        vec![("2", vec![config_op("max.connections", DELETE, None)])],
         false,
     )
     .await;
@@ -682,8 +684,8 @@ async fn a_replaced_truststore_decides_which_client_certificates_new_connections
         vec![(
             "1",
             vec![
-                op(trusted, DELETE, None),
-                op(
+                config_op(trusted, DELETE, None),
+                config_op(
                     "listener.name.ssl.ssl.truststore.certificates",
                     SET,
                     Some(&both),
@@ -700,7 +702,7 @@ async fn a_replaced_truststore_decides_which_client_certificates_new_connections
         &mut admin,
         vec![(
             "1",
-            vec![op(
+            vec![config_op(
                 "listener.name.ssl.ssl.truststore.certificates",
                 DELETE,
                 None,

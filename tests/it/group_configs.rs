@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{str_bytes, Raw};
+use common::{config_op, str_bytes, Raw};
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -21,13 +21,6 @@ const SOURCE_STATIC: i8 = 4;
 const INVALID_CONFIG: i16 = 40;
 const INVALID_REQUEST: i16 = 42;
 const HEARTBEAT: &str = "consumer.heartbeat.interval.ms";
-
-fn op(name: &str, operation: i8, value: Option<&str>) -> AlterableConfig {
-    AlterableConfig::default()
-        .with_name(str_bytes(name))
-        .with_config_operation(operation)
-        .with_value(value.map(str_bytes))
-}
 
 /// IncrementalAlterConfigs of one GROUP resource: its error code and message.
 async fn alter(
@@ -114,7 +107,13 @@ async fn a_group_override_reaches_its_members_and_survives_a_restart() {
         )
     );
     // The group needs not exist yet.
-    let set = alter(&mut raw, "g", vec![op(HEARTBEAT, SET, Some("7000"))], false).await;
+    let set = alter(
+        &mut raw,
+        "g",
+        vec![config_op(HEARTBEAT, SET, Some("7000"))],
+        false,
+    )
+    .await;
     assert_eq!(set, (0, String::new()));
     assert_eq!(
         described(&mut raw, "g", HEARTBEAT).await,
@@ -151,7 +150,13 @@ async fn a_group_override_reaches_its_members_and_survives_a_restart() {
     assert_eq!(names, ["g"]);
 
     // DELETE gives the broker's value back.
-    let deleted = alter(&mut raw, "g", vec![op(HEARTBEAT, DELETE, None)], false).await;
+    let deleted = alter(
+        &mut raw,
+        "g",
+        vec![config_op(HEARTBEAT, DELETE, None)],
+        false,
+    )
+    .await;
     assert_eq!(deleted.0, 0);
     assert_eq!(described(&mut raw, "g", HEARTBEAT).await.1, SOURCE_STATIC);
     assert_eq!(heartbeat_interval(&mut raw, "g").await, 5000);
@@ -165,17 +170,17 @@ async fn bad_group_configs_get_kafkas_codes_and_change_nothing() {
     let refused = [
         (
             "g",
-            vec![op("consumer.session.timeout.ms", SET, Some("1000"))],
+            vec![config_op("consumer.session.timeout.ms", SET, Some("1000"))],
             (INVALID_CONFIG, "consumer.session.timeout.ms must be in the range 45000 to 60000 inclusive."),
         ),
         (
             "g",
-            vec![op("consumer.no.such", SET, Some("1"))],
+            vec![config_op("consumer.no.such", SET, Some("1"))],
             (INVALID_CONFIG, "Unknown group config name: consumer.no.such"),
         ),
         (
             "g",
-            vec![op("share.isolation.level", SET, Some("dirty"))],
+            vec![config_op("share.isolation.level", SET, Some("dirty"))],
             (
                 INVALID_CONFIG,
                 "Invalid value dirty for configuration share.isolation.level: String must be one of: read_committed, read_uncommitted",
@@ -183,12 +188,12 @@ async fn bad_group_configs_get_kafkas_codes_and_change_nothing() {
         ),
         (
             "",
-            vec![op(HEARTBEAT, SET, Some("6000"))],
+            vec![config_op(HEARTBEAT, SET, Some("6000"))],
             (INVALID_REQUEST, "Group name must not be empty"),
         ),
         (
             "g",
-            vec![op(HEARTBEAT, SET, Some("6000")), op(HEARTBEAT, SET, Some("7000"))],
+            vec![config_op(HEARTBEAT, SET, Some("6000")), config_op(HEARTBEAT, SET, Some("7000"))],
             (INVALID_REQUEST, "Error due to duplicate config keys"),
         ),
     ];
@@ -197,7 +202,13 @@ async fn bad_group_configs_get_kafkas_codes_and_change_nothing() {
         assert_eq!(got, (code, message.to_string()));
     }
     // Checked but not stored.
-    let checked = alter(&mut raw, "g", vec![op(HEARTBEAT, SET, Some("6000"))], true).await;
+    let checked = alter(
+        &mut raw,
+        "g",
+        vec![config_op(HEARTBEAT, SET, Some("6000"))],
+        true,
+    )
+    .await;
     assert_eq!(checked.0, 0);
     assert_eq!(described(&mut raw, "g", HEARTBEAT).await.0, "5000");
     assert_eq!(heartbeat_interval(&mut raw, "g").await, 5000);
@@ -214,7 +225,13 @@ async fn in_a_cluster_an_override_set_through_one_broker_reaches_the_coordinator
         format!("127.0.0.1:{}", cluster.port(node)).parse().unwrap()
     };
     let mut one = Raw::connect(addr(1)).await;
-    let set = alter(&mut one, "g", vec![op(HEARTBEAT, SET, Some("7000"))], false).await;
+    let set = alter(
+        &mut one,
+        "g",
+        vec![config_op(HEARTBEAT, SET, Some("7000"))],
+        false,
+    )
+    .await;
     assert_eq!(set, (0, String::new()));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     for node in [1, 2] {
