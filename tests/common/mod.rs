@@ -22,12 +22,16 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    DescribeConfigsResponse, FetchRequest, FetchResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use strata::server::config::BrokerConfig;
@@ -274,6 +278,41 @@ impl Raw {
         resp.results.into_iter().next().unwrap()
     }
 
+    /// IncrementalAlterConfigs v1 of `resources` (name, changes), all of
+    /// `resource_type`: each one's error code and message.
+    pub async fn incremental_alter_configs(
+        &mut self,
+        resource_type: i8,
+        resources: Vec<(&str, Vec<AlterableConfig>)>,
+        validate_only: bool,
+    ) -> Vec<(i16, String)> {
+        let resources = resources
+            .into_iter()
+            .map(|(name, configs)| {
+                AlterConfigsResource::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(str_bytes(name))
+                    .with_configs(configs)
+            })
+            .collect();
+        let resp: IncrementalAlterConfigsResponse = self
+            .call(
+                ApiKey::IncrementalAlterConfigs,
+                1,
+                &IncrementalAlterConfigsRequest::default()
+                    .with_validate_only(validate_only)
+                    .with_resources(resources),
+            )
+            .await;
+        resp.responses
+            .into_iter()
+            .map(|r| {
+                let message = r.error_message.map(|m| m.to_string());
+                (r.error_code, message.unwrap_or_default())
+            })
+            .collect()
+    }
+
     /// Fetch v11 of one partition (see `fetch_request`): its answer.
     pub async fn fetch(&mut self, req: &FetchRequest) -> PartitionData {
         let resp: FetchResponse = self.call(ApiKey::Fetch, 11, req).await;
@@ -341,12 +380,8 @@ pub fn str_bytes(s: &str) -> StrBytes {
 
 /// One change of an IncrementalAlterConfigs resource: `operation` is
 /// Kafka's SET (0), DELETE (1), APPEND (2) or SUBTRACT (3).
-pub fn config_op(
-    name: &str,
-    operation: i8,
-    value: Option<&str>,
-) -> kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig {
-    kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig::default()
+pub fn config_op(name: &str, operation: i8, value: Option<&str>) -> AlterableConfig {
+    AlterableConfig::default()
         .with_name(str_bytes(name))
         .with_config_operation(operation)
         .with_value(value.map(str_bytes))

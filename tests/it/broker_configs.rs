@@ -9,12 +9,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::tls::{certs, Certs};
-use common::{config_op, str_bytes, InProcess, Raw};
+use common::{config_op, InProcess, Raw};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
+use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::*;
 use rdkafka::admin::{AdminOptions, AlterConfig, ConfigSource, ResourceSpecifier};
 use rdkafka::config::ClientConfig;
@@ -64,34 +62,8 @@ async fn incremental(
     resources: Vec<(&str, Vec<AlterableConfig>)>,
     validate_only: bool,
 ) -> Vec<(i16, String)> {
-    let resp: IncrementalAlterConfigsResponse = raw
-        .call(
-            ApiKey::IncrementalAlterConfigs,
-            1,
-            &IncrementalAlterConfigsRequest::default()
-                .with_validate_only(validate_only)
-                .with_resources(
-                    resources
-                        .into_iter()
-                        .map(|(name, configs)| {
-                            AlterConfigsResource::default()
-                                .with_resource_type(BROKER)
-                                .with_resource_name(str_bytes(name))
-                                .with_configs(configs)
-                        })
-                        .collect(),
-                ),
-        )
-        .await;
-    resp.responses
-        .into_iter()
-        .map(|r| {
-            (
-                r.error_code,
-                r.error_message.map(|m| m.to_string()).unwrap_or_default(),
-            )
-        })
-        .collect()
+    raw.incremental_alter_configs(BROKER, resources, validate_only)
+        .await
 }
 
 async fn set(raw: &mut Raw, resource: &str, name: &str, value: &str) {

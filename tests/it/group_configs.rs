@@ -6,9 +6,7 @@
 use crate::common;
 
 use common::{config_op, str_bytes, Raw};
-use kafka_protocol::messages::incremental_alter_configs_request::{
-    AlterConfigsResource, AlterableConfig,
-};
+use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::*;
 use strata::server::Server;
 
@@ -29,21 +27,10 @@ async fn alter(
     changes: Vec<AlterableConfig>,
     validate_only: bool,
 ) -> (i16, String) {
-    let resp: IncrementalAlterConfigsResponse = raw
-        .call(
-            ApiKey::IncrementalAlterConfigs,
-            1,
-            &IncrementalAlterConfigsRequest::default()
-                .with_validate_only(validate_only)
-                .with_resources(vec![AlterConfigsResource::default()
-                    .with_resource_type(GROUP)
-                    .with_resource_name(str_bytes(group))
-                    .with_configs(changes)]),
-        )
+    let mut answers = raw
+        .incremental_alter_configs(GROUP, vec![(group, changes)], validate_only)
         .await;
-    let r = &resp.responses[0];
-    let message = r.error_message.as_ref().map(|m| m.to_string());
-    (r.error_code, message.unwrap_or_default())
+    answers.remove(0)
 }
 
 /// Value, source and synonyms (name, value, source) of one group config.
