@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
@@ -18,13 +17,12 @@ use parking_lot::RwLock;
 
 use super::scram::{Credential, Mechanism};
 use super::{store_err, AuthError};
+use crate::cluster::{Etcd, Op, Txn};
 
 /// A user's credentials, by mechanism name.
 pub(crate) type UserCredentials = BTreeMap<String, Credential>;
 
 pub(crate) const STORE_KEY: &str = "security/scram-credentials.json";
-
-const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One change of AlterUserScramCredentials.
 pub(crate) enum Change {
@@ -42,10 +40,7 @@ pub(crate) struct Credentials {
 
 enum Backend {
     Store(Arc<dyn ObjectStore>),
-    Etcd {
-        client: Box<etcd_client::Client>,
-        prefix: String,
-    },
+    Etcd { etcd: Etcd, prefix: String },
 }
 
 impl Credentials {
@@ -58,12 +53,11 @@ impl Credentials {
         })
     }
 
-    /// `root` is the cluster's etcd prefix with its trailing `/`.
-    pub(crate) fn open_etcd(client: etcd_client::Client, root: &str) -> Credentials {
+    pub(crate) fn open_etcd(etcd: Etcd) -> Credentials {
         Credentials {
             backend: Backend::Etcd {
-                client: Box::new(client),
-                prefix: format!("{root}scram/"),
+                prefix: format!("{}scram/", etcd.keys().root()),
+                etcd,
             },
             cache: RwLock::new(BTreeMap::new()),
             write: tokio::sync::Mutex::new(()),
@@ -74,15 +68,13 @@ impl Credentials {
     pub(crate) async fn user(&self, name: &str) -> Result<UserCredentials, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().get(name).cloned().unwrap_or_default()),
-            Backend::Etcd { client, prefix } => {
-                let mut client = (**client).clone();
-                let key = format!("{prefix}{name}");
-                let got = tokio::time::timeout(ETCD_TIMEOUT, client.get(key, None))
+            Backend::Etcd { etcd, prefix } => {
+                match etcd
+                    .get(&format!("{prefix}{name}"))
                     .await
-                    .map_err(|_| AuthError::Store("etcd timed out".into()))?
-                    .map_err(store_err)?;
-                match got.kvs().first() {
-                    Some(kv) => serde_json::from_slice(kv.value()).map_err(store_err),
+                    .map_err(store_err)?
+                {
+                    Some(kv) => serde_json::from_slice(&kv.value).map_err(store_err),
                     None => Ok(BTreeMap::new()),
                 }
             }
@@ -93,21 +85,14 @@ impl Credentials {
     pub(crate) async fn all(&self) -> Result<BTreeMap<String, UserCredentials>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().clone()),
-            Backend::Etcd { client, prefix } => {
-                let mut client = (**client).clone();
-                let opts = etcd_client::GetOptions::new().with_prefix();
-                let got =
-                    tokio::time::timeout(ETCD_TIMEOUT, client.get(prefix.as_str(), Some(opts)))
-                        .await
-                        .map_err(|_| AuthError::Store("etcd timed out".into()))?
-                        .map_err(store_err)?;
+            Backend::Etcd { etcd, prefix } => {
+                let (_, kvs) = etcd.get_prefix(prefix).await.map_err(store_err)?;
                 let mut out = BTreeMap::new();
-                for kv in got.kvs() {
-                    let key = kv.key_str().map_err(store_err)?;
-                    let name = key.strip_prefix(prefix.as_str()).unwrap_or(key);
+                for kv in kvs {
+                    let name = kv.key.strip_prefix(prefix.as_str()).unwrap_or(&kv.key);
                     out.insert(
                         name.to_string(),
-                        serde_json::from_slice(kv.value()).map_err(store_err)?,
+                        serde_json::from_slice(&kv.value).map_err(store_err)?,
                     );
                 }
                 Ok(out)
@@ -155,22 +140,19 @@ impl Credentials {
                     .map_err(store_err)?;
                 *self.cache.write() = all;
             }
-            Backend::Etcd { client, prefix } => {
+            Backend::Etcd { etcd, prefix } => {
                 let mut ops = Vec::new();
                 for (user, creds) in by_user {
                     let key = format!("{prefix}{user}");
                     if creds.is_empty() {
-                        ops.push(etcd_client::TxnOp::delete(key, None));
+                        ops.push(Op::Delete(key));
                     } else {
                         let json = serde_json::to_vec(&creds).map_err(store_err)?;
-                        ops.push(etcd_client::TxnOp::put(key, json, None));
+                        ops.push(Op::put(key, json));
                     }
                 }
-                let mut client = (**client).clone();
-                let txn = etcd_client::Txn::new().and_then(ops);
-                tokio::time::timeout(ETCD_TIMEOUT, client.txn(txn))
+                etcd.txn(Txn::default().then(ops))
                     .await
-                    .map_err(|_| AuthError::Store("etcd timed out".into()))?
                     .map_err(store_err)?;
             }
         }

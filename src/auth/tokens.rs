@@ -23,7 +23,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -35,11 +34,11 @@ use subtle::ConstantTimeEq;
 use super::scram::{Credential, Mechanism, MIN_ITERATIONS};
 use super::{store_err, AuthError};
 use crate::clock::{SharedClock, SharedRandom};
+use crate::cluster::{Compare, Etcd, Op, Txn};
 use crate::principal::Principal;
 
 pub(crate) const STORE_KEY: &str = "security/delegation-tokens.json";
 
-const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a write that lost a race with another broker is tried again.
 const RETRIES: usize = 5;
 
@@ -152,10 +151,7 @@ enum Write {
 
 enum Backend {
     Store(Arc<dyn ObjectStore>),
-    Etcd {
-        client: Box<etcd_client::Client>,
-        prefix: String,
-    },
+    Etcd { etcd: Etcd, prefix: String },
 }
 
 /// The delegation tokens and their rules.
@@ -188,10 +184,8 @@ impl Tokens {
         })
     }
 
-    /// `root` is the cluster's etcd prefix with its trailing `/`.
     pub(crate) fn open_etcd(
-        client: etcd_client::Client,
-        root: &str,
+        etcd: Etcd,
         settings: TokenSettings,
         clock: SharedClock,
         random: SharedRandom,
@@ -199,8 +193,8 @@ impl Tokens {
         Tokens {
             settings,
             backend: Backend::Etcd {
-                client: Box::new(client),
-                prefix: format!("{root}tokens/"),
+                prefix: format!("{}tokens/", etcd.keys().root()),
+                etcd,
             },
             cache: parking_lot::RwLock::new(BTreeMap::new()),
             write: tokio::sync::Mutex::new(()),
@@ -233,20 +227,13 @@ impl Tokens {
     async fn load(&self) -> Result<Vec<(TokenInfo, i64)>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().values().map(|t| (t.clone(), 0)).collect()),
-            Backend::Etcd { client, prefix } => {
-                let mut client = (**client).clone();
-                let opts = etcd_client::GetOptions::new().with_prefix();
-                let got =
-                    tokio::time::timeout(ETCD_TIMEOUT, client.get(prefix.as_str(), Some(opts)))
-                        .await
-                        .map_err(|_| AuthError::Store("etcd timed out".into()))?
-                        .map_err(store_err)?;
-                got.kvs()
-                    .iter()
+            Backend::Etcd { etcd, prefix } => {
+                let (_, kvs) = etcd.get_prefix(prefix).await.map_err(store_err)?;
+                kvs.iter()
                     .map(|kv| {
                         Ok((
-                            serde_json::from_slice(kv.value()).map_err(store_err)?,
-                            kv.mod_revision(),
+                            serde_json::from_slice(&kv.value).map_err(store_err)?,
+                            kv.mod_revision,
                         ))
                     })
                     .collect()
@@ -263,17 +250,13 @@ impl Tokens {
     async fn get(&self, token_id: &str) -> Result<Option<TokenInfo>, AuthError> {
         match &self.backend {
             Backend::Store(_) => Ok(self.cache.read().get(token_id).cloned()),
-            Backend::Etcd { client, prefix } => {
-                let mut client = (**client).clone();
-                let got = tokio::time::timeout(
-                    ETCD_TIMEOUT,
-                    client.get(format!("{prefix}{token_id}"), None),
-                )
-                .await
-                .map_err(|_| AuthError::Store("etcd timed out".into()))?
-                .map_err(store_err)?;
-                match got.kvs().first() {
-                    Some(kv) => Ok(Some(serde_json::from_slice(kv.value()).map_err(store_err)?)),
+            Backend::Etcd { etcd, prefix } => {
+                match etcd
+                    .get(&format!("{prefix}{token_id}"))
+                    .await
+                    .map_err(store_err)?
+                {
+                    Some(kv) => Ok(Some(serde_json::from_slice(&kv.value).map_err(store_err)?)),
                     None => Ok(None),
                 }
             }
@@ -302,31 +285,20 @@ impl Tokens {
                 *self.cache.write() = all;
                 Ok(true)
             }
-            Backend::Etcd { client, prefix } => {
+            Backend::Etcd { etcd, prefix } => {
                 let (key, op) = match &write {
                     Write::Put(t) => {
                         let key = format!("{prefix}{}", t.token_id);
                         let json = serde_json::to_vec(t).map_err(store_err)?;
-                        (key.clone(), etcd_client::TxnOp::put(key, json, None))
+                        (key.clone(), Op::put(key, json))
                     }
                     Write::Delete(id) => {
                         let key = format!("{prefix}{id}");
-                        (key.clone(), etcd_client::TxnOp::delete(key, None))
+                        (key.clone(), Op::Delete(key))
                     }
                 };
-                let txn = etcd_client::Txn::new()
-                    .when([etcd_client::Compare::mod_revision(
-                        key,
-                        etcd_client::CompareOp::Equal,
-                        revision,
-                    )])
-                    .and_then([op]);
-                let mut client = (**client).clone();
-                let done = tokio::time::timeout(ETCD_TIMEOUT, client.txn(txn))
-                    .await
-                    .map_err(|_| AuthError::Store("etcd timed out".into()))?
-                    .map_err(store_err)?;
-                Ok(done.succeeded())
+                let txn = Txn::when([Compare::ModRevision(key, revision)]).then([op]);
+                Ok(etcd.txn(txn).await.map_err(store_err)?.succeeded)
             }
         }
     }
@@ -518,6 +490,7 @@ impl Tokens {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock, SeededRandom};
+    use std::time::Duration;
 
     const HOUR: i64 = 3_600_000;
 

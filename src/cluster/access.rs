@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use futures::future::BoxFuture;
 
 use super::etcd::Etcd;
+use super::kv::{Compare, Op, Txn};
 use crate::access::{AccessDoc, AccessError, Backend, Version};
 
 /// How often each broker rereads the document.
@@ -39,9 +39,9 @@ impl Backend for EtcdAccess {
             let key = self.key();
             match self.etcd.get(&key).await.map_err(unavailable)? {
                 Some(kv) => {
-                    let doc = serde_json::from_slice(kv.value())
+                    let doc = serde_json::from_slice(&kv.value)
                         .map_err(|e| AccessError::Storage(format!("{key}: {e}")))?;
-                    Ok((doc, Some(kv.mod_revision().to_string())))
+                    Ok((doc, Some(kv.mod_revision.to_string())))
                 }
                 None => Ok((AccessDoc::default(), None)),
             }
@@ -57,22 +57,17 @@ impl Backend for EtcdAccess {
             let key = self.key();
             let json = serde_json::to_vec(doc).map_err(unavailable)?;
             let compare = match expected {
-                None => Compare::version(key.clone(), CompareOp::Equal, 0),
-                Some(rev) => Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    rev.parse::<i64>().map_err(unavailable)?,
-                ),
+                None => Compare::Version(key.clone(), 0),
+                Some(rev) => {
+                    Compare::ModRevision(key.clone(), rev.parse::<i64>().map_err(unavailable)?)
+                }
             };
-            let txn = Txn::new()
-                .when([compare])
-                .and_then([TxnOp::put(key, json, None)]);
+            let txn = Txn::when([compare]).then([Op::put(key, json)]);
             let resp = self.etcd.txn(txn).await.map_err(unavailable)?;
-            if !resp.succeeded() {
+            if !resp.succeeded {
                 return Ok(None);
             }
-            let revision = resp.header().map_or(0, |h| h.revision());
-            Ok(Some(Some(revision.to_string())))
+            Ok(Some(Some(resp.revision.to_string())))
         })
     }
 }

@@ -14,10 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-
 use super::error::{ClusterError, Result};
 use super::etcd::Etcd;
+use super::kv::{Compare, Op, Txn};
 
 /// How many times a compare-and-swap is retried against concurrent writers.
 const CAS_ATTEMPTS: usize = 16;
@@ -76,9 +75,8 @@ impl BrokerConfigStore {
         let (_, kvs) = self.etcd.get_prefix(&dir).await?;
         kvs.iter()
             .map(|kv| {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let configs = decode(&key, kv.value())?;
-                Ok((key[dir.len()..].to_string(), configs))
+                let configs = decode(&kv.key, &kv.value)?;
+                Ok((kv.key[dir.len()..].to_string(), configs))
             })
             .collect()
     }
@@ -87,7 +85,7 @@ impl BrokerConfigStore {
     pub async fn get(&self, resource: &str) -> Result<Configs> {
         let key = self.key(resource);
         match self.etcd.get(&key).await? {
-            Some(kv) => decode(&key, kv.value()),
+            Some(kv) => decode(&key, &kv.value),
             None => Ok(Configs::new()),
         }
     }
@@ -104,28 +102,24 @@ impl BrokerConfigStore {
         for _ in 0..CAS_ATTEMPTS {
             let (current, compare) = match self.etcd.get(&key).await? {
                 Some(kv) => (
-                    decode(&key, kv.value())?,
-                    Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                    decode(&key, &kv.value)?,
+                    Compare::ModRevision(key.clone(), kv.mod_revision),
                 ),
-                None => (
-                    Configs::new(),
-                    Compare::version(key.clone(), CompareOp::Equal, 0),
-                ),
+                None => (Configs::new(), Compare::Version(key.clone(), 0)),
             };
             let next = match change(&current) {
                 Ok(next) => next,
                 Err(e) => return Ok(Err(e)),
             };
             let write = match next.is_empty() {
-                true => TxnOp::delete(key.clone(), None),
-                false => TxnOp::put(
+                true => Op::Delete(key.clone()),
+                false => Op::put(
                     key.clone(),
                     serde_json::to_vec(&next).expect("serializable"),
-                    None,
                 ),
             };
-            let txn = Txn::new().when([compare]).and_then([write]);
-            if self.etcd.txn(txn).await?.succeeded() {
+            let txn = Txn::when([compare]).then([write]);
+            if self.etcd.txn(txn).await?.succeeded {
                 return Ok(Ok(next));
             }
         }

@@ -25,7 +25,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
+use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -34,6 +34,7 @@ use uuid::Uuid;
 use super::assignment::plan;
 use super::error::{ClusterError, Result};
 use super::etcd::Etcd;
+use super::kv::{Compare, Op, Txn};
 use super::member::{LeaseState, Member};
 use super::state::{ClusterState, ControllerRecord, RawKv};
 use super::NodeId;
@@ -60,24 +61,16 @@ impl Term {
     async fn campaign_at(etcd: &Etcd, node_id: NodeId, lease: i64) -> Result<(Option<Term>, i64)> {
         let key = etcd.keys().controller();
         let value = serde_json::to_vec(&ControllerRecord { node_id }).expect("serializable");
-        let txn = Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )])
-            .or_else([TxnOp::get(key, None)]);
+        let txn = Txn::when([Compare::Version(key.clone(), 0)])
+            .then([Op::put_leased(key.clone(), value, lease)])
+            .otherwise([Op::Get(key)]);
         let resp = etcd.txn(txn).await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let token = if resp.succeeded() {
+        let revision = resp.revision;
+        let token = if resp.succeeded {
             revision
         } else {
-            match resp.op_responses().into_iter().next() {
-                Some(etcd_client::TxnOpResponse::Get(g)) => match g.kvs().first() {
-                    Some(kv) if kv.lease() == lease => kv.create_revision(),
-                    _ => return Ok((None, revision)),
-                },
+            match resp.got.into_iter().next() {
+                Some(Some(kv)) if kv.lease == lease => kv.create_revision,
                 _ => return Ok((None, revision)),
             }
         };
@@ -114,10 +107,10 @@ impl Term {
         let txns = self.writes(state, settled);
         let n = txns.len();
         for txn in txns {
-            if !self.etcd.txn(txn).await?.succeeded() {
+            if !self.etcd.txn(txn).await?.succeeded {
                 let current = self.etcd.get(&self.etcd.keys().controller()).await?;
                 return Err(match current {
-                    Some(kv) if kv.create_revision() == self.token => {
+                    Some(kv) if kv.create_revision == self.token => {
                         ClusterError::Conflict("the assignment".into())
                     }
                     _ => ClusterError::NotController,
@@ -138,7 +131,7 @@ impl Term {
             &state.assignment(),
             &state.release_acks(),
         );
-        let fence = || Compare::create_revision(keys.controller(), CompareOp::Equal, self.token);
+        let fence = || Compare::CreateRevision(keys.controller(), self.token);
         let mut txns = Vec::new();
 
         for (name, topic) in &state.topics {
@@ -146,34 +139,29 @@ impl Term {
             let Some(new) = next.get(&id) else { continue };
             let mut compares = vec![
                 fence(),
-                Compare::mod_revision(keys.topic(name), CompareOp::Equal, topic.mod_revision),
+                Compare::ModRevision(keys.topic(name), topic.mod_revision),
             ];
             let mut ops = Vec::new();
             let current = state.assignment.get(&id);
             if current.map(|c| &c.value) != Some(new) {
-                compares.push(Compare::mod_revision(
+                compares.push(Compare::ModRevision(
                     keys.assignment(id),
-                    CompareOp::Equal,
                     current.map_or(0, |c| c.mod_revision),
                 ));
                 let value = serde_json::to_vec(new).expect("serializable");
-                ops.push(TxnOp::put(keys.assignment(id), value, None));
+                ops.push(Op::put(keys.assignment(id), value));
             }
             // A release is consumed (or stale) once the entry it names is gone.
             for ((_, p), r) in state.releases.range((id, i32::MIN)..=(id, i32::MAX)) {
                 let entry = new.get(p);
                 if entry.is_none_or(|e| (e.leader, e.epoch) != (r.value.leader, r.value.epoch)) {
                     let key = keys.release(id, *p);
-                    compares.push(Compare::mod_revision(
-                        key.clone(),
-                        CompareOp::Equal,
-                        r.mod_revision,
-                    ));
-                    ops.push(TxnOp::delete(key, None));
+                    compares.push(Compare::ModRevision(key.clone(), r.mod_revision));
+                    ops.push(Op::Delete(key));
                 }
             }
             if !ops.is_empty() {
-                txns.push(Txn::new().when(compares).and_then(ops));
+                txns.push(Txn::when(compares).then(ops));
             }
         }
 
@@ -182,12 +170,9 @@ impl Term {
         let mut dead_ids: BTreeSet<Uuid> = state.assignment.keys().copied().collect();
         dead_ids.extend(state.releases.keys().map(|(t, _)| *t));
         for id in dead_ids.difference(&live_ids) {
-            txns.push(Txn::new().when([fence()]).and_then([
-                TxnOp::delete(keys.assignment(*id), None),
-                TxnOp::delete(
-                    keys.topic_releases(*id),
-                    Some(DeleteOptions::new().with_prefix()),
-                ),
+            txns.push(Txn::when([fence()]).then([
+                Op::Delete(keys.assignment(*id)),
+                Op::DeletePrefix(keys.topic_releases(*id)),
             ]));
         }
         txns
@@ -199,12 +184,7 @@ pub(crate) async fn read_state(etcd: &Etcd) -> Result<ClusterState> {
     let (revision, kvs) = etcd.get_prefix(&etcd.keys().root()).await?;
     let raw = kvs
         .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                RawKv::from(kv),
-            )
-        })
+        .map(|kv| (kv.key.clone(), RawKv::from(kv)))
         .collect();
     Ok(ClusterState::decode(etcd.keys(), revision, &raw))
 }
@@ -248,9 +228,7 @@ impl Controller {
             return Ok(());
         };
         let key = self.etcd.keys().controller();
-        let txn = Txn::new()
-            .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
-            .and_then([TxnOp::delete(key, None)]);
+        let txn = Txn::when([Compare::Lease(key.clone(), lease)]).then([Op::Delete(key)]);
         self.etcd.txn(txn).await?;
         Ok(())
     }
@@ -389,15 +367,18 @@ async fn wait_for_change(
     let events = async {
         match etcd.watch_prefix(prefix, revision).await {
             Ok(mut stream) => loop {
-                match stream.message().await {
-                    Ok(Some(resp)) if resp.events().is_empty() && !resp.canceled() => continue,
+                match stream.next().await {
+                    Some(batch) if batch.events.is_empty() => continue,
                     _ => return,
                 }
             },
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
+    // Biased: which of several ready branches wins must not be drawn at
+    // random, so that a simulation's seed decides everything.
     tokio::select! {
+        biased;
         _ = events => true,
         changed = lease.changed() => changed.is_ok(),
         _ = tokio::time::sleep(RESYNC) => true,

@@ -1,21 +1,20 @@
 //! The etcd connection and the key layout.
 //!
-//! Every unary request goes through [`Etcd::call`], which bounds it with the
-//! request timeout: gRPC would otherwise wait for a dead etcd indefinitely,
-//! and a broker must answer its clients with a retriable error instead.
-//! Streams (watches, keep-alives) are bounded by their owners, which know
-//! what silence means for them.
+//! Every request goes through `Etcd::call`, which bounds it with the request
+//! timeout: gRPC would otherwise wait for a dead etcd indefinitely, and a
+//! broker must answer its clients with a retriable error instead. Keep-alives
+//! are bounded by the member, which knows how long its lease has left, and
+//! watches by their owners, which know what silence means for them.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, ConnectOptions, GetOptions, KeyValue, LeaseGrantOptions, TxnResponse, WatchOptions,
-    WatchStream,
-};
+use etcd_client::{Client, ConnectOptions};
 use uuid::Uuid;
 
 use super::error::{ClusterError, Result};
+use super::kv::{Compare, EtcdKv, KeyValue, Kv, Op, Txn, TxnResult, Watch};
 use super::url::ClusterUrl;
 use super::NodeId;
 
@@ -80,7 +79,7 @@ impl Keys {
 /// A connection to etcd for one cluster prefix. Cheap to clone.
 #[derive(Clone)]
 pub struct Etcd {
-    client: Client,
+    kv: Arc<dyn Kv>,
     keys: Keys,
     timeout: Duration,
 }
@@ -100,11 +99,20 @@ impl Etcd {
         let client = tokio::time::timeout(timeout, Client::connect(url.endpoints(), Some(options)))
             .await
             .map_err(|_| ClusterError::Unavailable(format!("connecting to {url} timed out")))??;
-        Ok(Etcd {
-            client,
-            keys: Keys::new(&url.prefix),
+        Ok(Etcd::new(
+            Arc::new(EtcdKv::new(client)),
+            &url.prefix,
             timeout,
-        })
+        ))
+    }
+
+    /// Over any [`Kv`], such as the in-memory one of the tests.
+    pub fn new(kv: Arc<dyn Kv>, prefix: &str, timeout: Duration) -> Etcd {
+        Etcd {
+            kv,
+            keys: Keys::new(prefix),
+            timeout,
+        }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -116,92 +124,75 @@ impl Etcd {
         self.timeout
     }
 
-    /// The underlying client, for what this layer does not wrap.
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    /// Runs one request, bounded by the timeout.
+    async fn call<T>(&self, request: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.timeout, request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClusterError::Unavailable(format!(
+                    "no answer from etcd within {:?}",
+                    self.timeout
+                )))
+            })
     }
 
-    /// Runs one request against a clone of the client, bounded by the timeout.
-    pub(crate) async fn call<T, F, Fut>(&self, f: F) -> Result<T>
-    where
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
-    {
-        match tokio::time::timeout(self.timeout, f(self.client.clone())).await {
-            Ok(r) => r.map_err(ClusterError::from),
-            Err(_) => Err(ClusterError::Unavailable(format!(
-                "no answer from etcd within {:?}",
-                self.timeout
-            ))),
-        }
+    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResult> {
+        self.call(self.kv.txn(txn)).await
     }
 
-    pub(crate) async fn txn(&self, txn: etcd_client::Txn) -> Result<TxnResponse> {
-        self.call(|mut c| async move { c.txn(txn).await }).await
+    /// Writes `key` unconditionally.
+    pub(crate) async fn put(&self, key: &str, value: Vec<u8>) -> Result<()> {
+        self.txn(Txn::default().then([Op::put(key, value)])).await?;
+        Ok(())
     }
 
     /// One key's current value.
-    pub(crate) async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let key = key.to_string();
-        let mut resp = self
-            .call(|mut c| async move { c.get(key, None).await })
-            .await?;
-        Ok(resp.take_kvs().into_iter().next())
+    pub async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let (_, kvs) = self.call(self.kv.range(key, false)).await?;
+        Ok(kvs.into_iter().next())
     }
 
     /// Every key under `prefix`, read at a single revision, and that revision.
     pub(crate) async fn get_prefix(&self, prefix: &str) -> Result<(i64, Vec<KeyValue>)> {
-        let prefix = prefix.to_string();
-        let mut resp = self
-            .call(|mut c| async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await })
-            .await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        Ok((revision, resp.take_kvs()))
+        self.call(self.kv.range(prefix, true)).await
     }
 
     /// Starts watching `prefix` from `revision` (inclusive).
-    pub(crate) async fn watch_prefix(&self, prefix: &str, revision: i64) -> Result<WatchStream> {
-        let prefix = prefix.to_string();
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision);
-        self.call(|mut c| async move { c.watch(prefix, Some(options)).await })
-            .await
+    pub(crate) async fn watch_prefix(&self, prefix: &str, revision: i64) -> Result<Watch> {
+        self.call(self.kv.watch(prefix, revision)).await
     }
 
     /// A lease of `ttl`, rounded up to whole seconds as etcd counts them.
     pub(crate) async fn grant(&self, ttl: Duration) -> Result<i64> {
-        let secs = ttl_secs(ttl);
-        let resp = self
-            .call(|mut c| async move { c.lease_grant(secs, None::<LeaseGrantOptions>).await })
-            .await?;
-        Ok(resp.id())
+        self.call(self.kv.grant(ttl_secs(ttl))).await
+    }
+
+    /// Renews `lease`, bounded by `bound` rather than the request timeout;
+    /// false if etcd no longer knows it.
+    pub(crate) async fn keep_alive(&self, lease: i64, bound: Duration) -> Result<bool> {
+        tokio::time::timeout(bound, self.kv.keep_alive(lease))
+            .await
+            .unwrap_or_else(|_| Err(ClusterError::Unavailable("keep-alive timed out".into())))
+    }
+
+    /// Seconds left (negative once gone) and seconds granted.
+    pub(crate) async fn time_to_live(&self, lease: i64) -> Result<(i64, i64)> {
+        self.call(self.kv.time_to_live(lease)).await
     }
 
     /// The value of `key`, set to `proposal` unless someone set it first.
     pub async fn agree(&self, key: &str, proposal: &str) -> Result<String> {
-        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-        let txn = Txn::new()
-            .when([Compare::version(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, proposal, None)]);
+        let txn = Txn::when([Compare::Version(key.into(), 0)]).then([Op::put(key, proposal)]);
         self.txn(txn).await?;
         let kv = self
             .get(key)
             .await?
             .ok_or_else(|| ClusterError::Unavailable(format!("{key} vanished")))?;
-        Ok(String::from_utf8_lossy(kv.value()).into_owned())
+        Ok(String::from_utf8_lossy(&kv.value).into_owned())
     }
 
-    pub(crate) async fn revoke(&self, lease: i64) -> Result<()> {
-        match self
-            .call(|mut c| async move { c.lease_revoke(lease).await })
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Already expired or revoked: the goal is reached.
-            Err(ClusterError::Etcd(m)) if m.contains("lease not found") => Ok(()),
-            Err(e) => Err(e),
-        }
+    pub async fn revoke(&self, lease: i64) -> Result<()> {
+        self.call(self.kv.revoke(lease)).await
     }
 }
 

@@ -29,7 +29,6 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -38,6 +37,7 @@ use uuid::Uuid;
 
 use super::error::{ClusterError, Result};
 use super::etcd::{ttl_secs, Etcd};
+use super::kv::{Compare, Op, Txn};
 use super::state::Release;
 use super::url::ClusterUrl;
 use super::NodeId;
@@ -216,10 +216,7 @@ impl Member {
             epoch,
         })
         .expect("serializable");
-        self.etcd
-            .call(|mut c| async move { c.put(key, value, None).await })
-            .await?;
-        Ok(())
+        self.etcd.put(&key, value).await
     }
 
     /// Leaves the cluster: the caller has stopped serving; the lease is
@@ -274,32 +271,21 @@ async fn claim_key(
 ) -> Result<i64> {
     let key = etcd.keys().broker(info.node_id);
     let value = serde_json::to_vec(info).expect("serializable");
-    let put = || {
-        TxnOp::put(
-            key.clone(),
-            value.clone(),
-            Some(PutOptions::new().with_lease(lease)),
-        )
-    };
+    let put = || Op::put_leased(key.clone(), value.clone(), lease);
     for _ in 0..CLAIM_ATTEMPTS {
-        let create = Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([put()])
-            .or_else([TxnOp::get(key.clone(), None)]);
+        let create = Txn::when([Compare::Version(key.clone(), 0)])
+            .then([put()])
+            .otherwise([Op::Get(key.clone())]);
         let resp = etcd.txn(create).await?;
-        if resp.succeeded() {
-            return Ok(resp.header().map_or(0, |h| h.revision()));
+        if resp.succeeded {
+            return Ok(resp.revision);
         }
-        let held = match resp.op_responses().into_iter().next() {
-            Some(TxnOpResponse::Get(g)) => g.kvs().first().cloned(),
-            _ => None,
-        };
-        let Some(held) = held else {
+        let Some(Some(held)) = resp.got.into_iter().next() else {
             continue; // gone meanwhile
         };
-        let holder = held.lease();
+        let holder = held.lease;
         let same_directory = info.directory_id.is_some()
-            && serde_json::from_slice::<BrokerInfo>(held.value())
+            && serde_json::from_slice::<BrokerInfo>(&held.value)
                 .is_ok_and(|theirs| theirs.directory_id == info.directory_id);
         if previous != Some(holder) && !same_directory {
             match lease_holder(etcd, holder).await? {
@@ -308,14 +294,13 @@ async fn claim_key(
                 Holder::Dead => {}
             }
         }
-        let take = Txn::new()
-            .when([
-                Compare::lease(key.clone(), CompareOp::Equal, holder),
-                Compare::mod_revision(key.clone(), CompareOp::Equal, held.mod_revision()),
-            ])
-            .and_then([put()]);
+        let take = Txn::when([
+            Compare::Lease(key.clone(), holder),
+            Compare::ModRevision(key.clone(), held.mod_revision),
+        ])
+        .then([put()]);
         let resp = etcd.txn(take).await?;
-        if !resp.succeeded() {
+        if !resp.succeeded {
             continue;
         }
         tracing::info!(
@@ -328,7 +313,7 @@ async fn claim_key(
         if let Err(e) = etcd.revoke(holder).await {
             tracing::debug!(lease = holder, error = %e, "revoking the old lease failed");
         }
-        return Ok(resp.header().map_or(0, |h| h.revision()));
+        return Ok(resp.revision);
     }
     Err(ClusterError::Conflict(key))
 }
@@ -352,10 +337,7 @@ async fn lease_holder(etcd: &Etcd, lease: i64) -> Result<Holder> {
     const POLL: Duration = Duration::from_millis(100);
     let started = Instant::now();
     loop {
-        let resp = etcd
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
-        let (left, granted) = (resp.ttl(), resp.granted_ttl());
+        let (left, granted) = etcd.time_to_live(lease).await?;
         if left < 0 {
             return Ok(Holder::Gone);
         }
@@ -405,47 +387,30 @@ async fn keep_alive_loop(
     }
 }
 
-/// Keeps `lease` alive; returns once it must be considered lost.
+/// Keeps `lease` alive; returns once it must be considered lost. A renewal
+/// counts from when it was sent, and one not answered within a third of the
+/// TTL (or before the lease would run out) is sent again.
 async fn keep_lease(etcd: &Etcd, lease: i64, ttl: Duration, clock: &mut LeaseClock) {
     let interval = ttl / 3;
     let retry = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     loop {
-        let now = Instant::now();
-        if clock.expired(now) {
+        let sent_at = Instant::now();
+        if clock.expired(sent_at) {
             return;
         }
-        // Opening the stream sends a first keep-alive and awaits its answer.
-        let sent_at = now;
-        let bound = clock.remaining(now).min(etcd.timeout());
-        let opened =
-            tokio::time::timeout(bound, async { etcd.client().lease_keep_alive(lease).await })
-                .await;
-        let (mut keeper, mut stream) = match opened {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(m))) if m.contains("not found") => {
-                return
+        let bound = interval.min(clock.remaining(sent_at));
+        let wait = match etcd.keep_alive(lease, bound).await {
+            Ok(true) => {
+                clock.renewed(sent_at, ttl);
+                interval
             }
-            _ => {
-                tokio::time::sleep(retry.min(clock.remaining(Instant::now()))).await;
-                continue;
-            }
+            // etcd no longer knows the lease: revoked or expired.
+            Ok(false) => return,
+            Err(_) => retry,
         };
-        clock.renewed(sent_at, ttl);
-        loop {
-            let now = Instant::now();
-            tokio::time::sleep(interval.min(clock.remaining(now))).await;
-            let sent_at = Instant::now();
-            if clock.expired(sent_at) || keeper.keep_alive().await.is_err() {
-                break;
-            }
-            let bound = interval.min(clock.remaining(sent_at));
-            match tokio::time::timeout(bound, stream.message()).await {
-                Ok(Ok(Some(resp))) if resp.ttl() > 0 => clock.renewed(sent_at, ttl),
-                // etcd no longer knows the lease: revoked or expired.
-                Ok(Ok(Some(_))) => return,
-                _ => break,
-            }
-        }
+        let now = Instant::now();
+        let next = (sent_at + wait).max(now);
+        tokio::time::sleep_until(next.min(now + clock.remaining(now))).await;
     }
 }
 

@@ -26,6 +26,8 @@
 //!
 //! The pieces, each usable and testable alone:
 //! - [`ClusterUrl`] parses the flag.
+//! - [`Kv`] is what the cluster needs of etcd: [`EtcdKv`] is a real etcd,
+//!   [`MemoryKv`] an in-memory one for deterministic tests.
 //! - [`Etcd`] is the connection with bounded request timeouts: etcd being
 //!   unreachable turns into a retriable [`ClusterError::Unavailable`], never a
 //!   hang.
@@ -66,7 +68,9 @@ mod broker_configs;
 mod controller;
 mod error;
 mod etcd;
+mod kv;
 mod member;
+mod memory;
 mod node;
 mod producer_ids;
 mod state;
@@ -80,7 +84,9 @@ pub use broker_configs::BrokerConfigStore;
 pub use controller::{Controller, Term};
 pub use error::{ClusterError, Result};
 pub use etcd::{Etcd, Keys};
+pub use kv::{Compare, EtcdKv, Event, KeyValue, Kv, Op, Txn, TxnResult, Watch, WatchBatch};
 pub use member::{BrokerInfo, Endpoint, LeaseClock, LeaseState, Member, MemberOptions};
+pub use memory::{MemoryEtcd, MemoryKv};
 pub use node::ClusterNode;
 pub use producer_ids::ProducerIdBlocks;
 pub use state::{ClusterState, LedPartition, Release, Versioned};

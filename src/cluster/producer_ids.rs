@@ -7,10 +7,9 @@
 
 use std::ops::Range;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-
 use super::error::{ClusterError, Result};
 use super::etcd::Etcd;
+use super::kv::{Compare, Op, Txn};
 
 const CAS_ATTEMPTS: usize = 64;
 
@@ -34,27 +33,22 @@ impl ProducerIdBlocks {
             let (start, revision) = match self.etcd.get(&key).await? {
                 None => (0, 0),
                 Some(kv) => {
-                    let start = std::str::from_utf8(kv.value())
+                    let start = std::str::from_utf8(&kv.value)
                         .ok()
                         .and_then(|s| s.parse::<i64>().ok())
                         .ok_or_else(|| ClusterError::Malformed {
                             key: key.clone(),
                             reason: "not a decimal integer".into(),
                         })?;
-                    (start, kv.mod_revision())
+                    (start, kv.mod_revision)
                 }
             };
             let end = start.checked_add(size).ok_or_else(|| {
                 ClusterError::InvalidArgument("producer ids are exhausted".into())
             })?;
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::put(key.clone(), end.to_string(), None)]);
-            if self.etcd.txn(txn).await?.succeeded() {
+            let txn = Txn::when([Compare::ModRevision(key.clone(), revision)])
+                .then([Op::put(key.clone(), end.to_string())]);
+            if self.etcd.txn(txn).await?.succeeded {
                 return Ok(start..end);
             }
         }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::assignment::{Assignment, PartitionLeader, ReleaseAck, TopicAssignment};
 use super::etcd::Keys;
+use super::kv::KeyValue;
 use super::member::BrokerInfo;
 use super::topics::TopicRecord;
 use super::NodeId;
@@ -54,12 +55,12 @@ pub(crate) struct RawKv {
     pub create_revision: i64,
 }
 
-impl From<&etcd_client::KeyValue> for RawKv {
-    fn from(kv: &etcd_client::KeyValue) -> Self {
+impl From<&KeyValue> for RawKv {
+    fn from(kv: &KeyValue) -> Self {
         RawKv {
-            value: kv.value().to_vec(),
-            mod_revision: kv.mod_revision(),
-            create_revision: kv.create_revision(),
+            value: kv.value.clone(),
+            mod_revision: kv.mod_revision,
+            create_revision: kv.create_revision,
         }
     }
 }

@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::error::{ClusterError, Result};
 use super::etcd::Etcd;
+use super::kv::{Compare, Op, Txn};
 
 /// How many times a compare-and-swap is retried against concurrent writers.
 const CAS_ATTEMPTS: usize = 16;
@@ -81,10 +81,9 @@ impl TopicStore {
             config,
         };
         let key = self.etcd.keys().topic(name);
-        let txn = Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, encode(&record), None)]);
-        if self.etcd.txn(txn).await?.succeeded() {
+        let txn =
+            Txn::when([Compare::Version(key.clone(), 0)]).then([Op::put(key, encode(&record))]);
+        if self.etcd.txn(txn).await?.succeeded {
             Ok(record)
         } else {
             Err(ClusterError::TopicExists(name.to_string()))
@@ -94,7 +93,7 @@ impl TopicStore {
     pub async fn get(&self, name: &str) -> Result<Option<TopicRecord>> {
         let key = self.etcd.keys().topic(name);
         match self.etcd.get(&key).await? {
-            Some(kv) => Ok(Some(decode(&key, kv.value())?)),
+            Some(kv) => Ok(Some(decode(&key, &kv.value)?)),
             None => Ok(None),
         }
     }
@@ -105,9 +104,8 @@ impl TopicStore {
         let (_, kvs) = self.etcd.get_prefix(&prefix).await?;
         kvs.iter()
             .map(|kv| {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let record = decode(&key, kv.value())?;
-                Ok((key[prefix.len()..].to_string(), record))
+                let record = decode(&kv.key, &kv.value)?;
+                Ok((kv.key[prefix.len()..].to_string(), record))
             })
             .collect()
     }
@@ -115,18 +113,17 @@ impl TopicStore {
     /// Deletes a topic and returns what it was.
     pub async fn delete(&self, name: &str) -> Result<TopicRecord> {
         let key = self.etcd.keys().topic(name);
-        let k = key.clone();
-        let resp = self
-            .etcd
-            .call(|mut c| async move {
-                c.delete(k, Some(DeleteOptions::new().with_prev_key()))
-                    .await
-            })
-            .await?;
-        match resp.prev_kvs().first() {
-            Some(kv) => decode(&key, kv.value()),
-            None => Err(ClusterError::UnknownTopic(name.to_string())),
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(kv) = self.etcd.get(&key).await? else {
+                return Err(ClusterError::UnknownTopic(name.to_string()));
+            };
+            let txn = Txn::when([Compare::ModRevision(key.clone(), kv.mod_revision)])
+                .then([Op::Delete(key.clone())]);
+            if self.etcd.txn(txn).await?.succeeded {
+                return decode(&key, &kv.value);
+            }
         }
+        Err(ClusterError::Conflict(key))
     }
 
     /// Replaces the topic's config.
@@ -168,16 +165,11 @@ impl TopicStore {
             let Some(kv) = self.etcd.get(&key).await? else {
                 return Err(ClusterError::UnknownTopic(name.to_string()));
             };
-            let mut record = decode(&key, kv.value())?;
+            let mut record = decode(&key, &kv.value)?;
             change(&mut record)?;
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                )])
-                .and_then([TxnOp::put(key.clone(), encode(&record), None)]);
-            if self.etcd.txn(txn).await?.succeeded() {
+            let txn = Txn::when([Compare::ModRevision(key.clone(), kv.mod_revision)])
+                .then([Op::put(key.clone(), encode(&record))]);
+            if self.etcd.txn(txn).await?.succeeded {
                 return Ok(record);
             }
         }

@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::EventType;
+use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use super::etcd::Etcd;
+use super::kv::Event;
 use super::member::BrokerInfo;
 use super::state::{ClusterState, LedPartition, RawKv};
 use super::NodeId;
@@ -106,12 +107,7 @@ async fn mirror(etcd: Etcd, tx: watch::Sender<Arc<ClusterState>>) {
         };
         let mut raw: BTreeMap<String, RawKv> = kvs
             .iter()
-            .map(|kv| {
-                (
-                    String::from_utf8_lossy(kv.key()).into_owned(),
-                    RawKv::from(kv),
-                )
-            })
+            .map(|kv| (kv.key.clone(), RawKv::from(kv)))
             .collect();
         tx.send_replace(Arc::new(ClusterState::decode(&keys, revision, &raw)));
 
@@ -123,40 +119,25 @@ async fn mirror(etcd: Etcd, tx: watch::Sender<Arc<ClusterState>>) {
                 continue;
             }
         };
-        loop {
-            let resp = match stream.message().await {
-                Ok(Some(resp)) => resp,
-                Ok(None) | Err(_) => break,
-            };
-            if resp.canceled() || resp.compact_revision() != 0 {
-                tracing::info!(
-                    reason = resp.cancel_reason(),
-                    compacted = resp.compact_revision(),
-                    "cluster view watch ended; reading everything again"
-                );
-                break;
-            }
-            if resp.events().is_empty() {
+        while let Some(batch) = stream.next().await {
+            if batch.events.is_empty() {
                 continue;
             }
-            for event in resp.events() {
-                let Some(kv) = event.kv() else { continue };
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                match event.event_type() {
-                    EventType::Put => {
-                        raw.insert(key, RawKv::from(kv));
+            for event in &batch.events {
+                match event {
+                    Event::Put(kv) => {
+                        raw.insert(kv.key.clone(), RawKv::from(kv));
                     }
-                    EventType::Delete => {
-                        raw.remove(&key);
+                    Event::Delete(kv) => {
+                        raw.remove(&kv.key);
                     }
                 }
-                revision = revision.max(kv.mod_revision());
+                revision = revision.max(event.kv().mod_revision);
             }
-            if let Some(h) = resp.header() {
-                revision = revision.max(h.revision());
-            }
+            revision = revision.max(batch.revision);
             tx.send_replace(Arc::new(ClusterState::decode(&keys, revision, &raw)));
         }
+        tracing::debug!("cluster view watch ended; reading everything again");
         tokio::time::sleep(retry).await;
     }
 }

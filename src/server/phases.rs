@@ -242,24 +242,17 @@ pub(super) async fn open_state(
     random: SharedRandom,
 ) -> anyhow::Result<State> {
     let credentials = Arc::new(match joined {
-        Some(j) => {
-            let etcd = j.node.member().etcd();
-            Credentials::open_etcd(etcd.client(), &etcd.keys().root())
-        }
+        Some(j) => Credentials::open_etcd(j.node.member().etcd().clone()),
         None => Credentials::open_store(store.clone()).await?,
     });
     // Delegation tokens are kept where the SCRAM credentials are.
     let tokens = Arc::new(match joined {
-        Some(j) => {
-            let etcd = j.node.member().etcd();
-            Tokens::open_etcd(
-                etcd.client(),
-                &etcd.keys().root(),
-                config.delegation_tokens(),
-                clock.clone(),
-                random.clone(),
-            )
-        }
+        Some(j) => Tokens::open_etcd(
+            j.node.member().etcd().clone(),
+            config.delegation_tokens(),
+            clock.clone(),
+            random.clone(),
+        ),
         None => {
             Tokens::open_store(
                 store.clone(),

@@ -7,6 +7,7 @@ pub mod clients;
 pub mod cluster;
 pub mod etcd;
 pub mod scram;
+pub mod sim;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -206,8 +206,7 @@ async fn a_node_id_held_by_a_live_broker_is_refused_until_it_leaves() {
 /// The revision at which broker `node`'s registration key was created.
 async fn created_at(etcd: &Etcd, node: NodeId) -> Option<i64> {
     let key = etcd.keys().broker(node);
-    let resp = etcd.client().get(key, None).await.unwrap();
-    resp.kvs().first().map(|kv| kv.create_revision())
+    etcd.get(&key).await.unwrap().map(|kv| kv.create_revision)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +249,7 @@ async fn a_revoked_lease_is_reported_lost_and_the_member_registers_again() {
     until(&view, "broker 1", |s| broker_ids(s) == [1]).await;
 
     let mut states = member.subscribe();
-    admin.client().lease_revoke(lease).await.unwrap();
+    admin.revoke(lease).await.unwrap();
     tokio::time::timeout(TTL, async {
         while *states.borrow_and_update() != LeaseState::Lost {
             states.changed().await.unwrap();
@@ -313,7 +312,7 @@ async fn one_controller_at_a_time_and_another_takes_over_when_its_lease_goes() {
     let LeaseState::Live { lease, .. } = brokers[&first].member.lease_state() else {
         panic!()
     };
-    admin.client().lease_revoke(lease).await.unwrap();
+    admin.revoke(lease).await.unwrap();
     let second = until(&view, "a new controller", |s| {
         s.controller.is_some_and(|c| c != first)
     })

@@ -65,6 +65,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::common::sim::{env_u64, paused_runtime, run_seeds, seeds, Rng};
+
 const TOPIC: &str = "sim";
 const TOPIC_ID: Uuid = Uuid::from_u128(0x5151);
 const PARTITIONS: i32 = 2;
@@ -86,32 +88,6 @@ fn topic_config() -> TopicConfig {
             ("strata.compaction.fanout".to_string(), "2".to_string()),
         ]
         .into(),
-    }
-}
-
-/// splitmix64: small, fast, and the same everywhere.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-    fn pick<T: Copy>(&mut self, from: &[T]) -> Option<T> {
-        (!from.is_empty()).then(|| from[self.below(from.len() as u64) as usize])
     }
 }
 
@@ -1327,52 +1303,26 @@ struct Outcome {
 }
 
 fn simulate(seed: u64) -> Outcome {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
     // Built inside the runtime, so every instant is on its paused clock.
-    runtime.block_on(async { World::new(seed).run().await })
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: not a number")))
+    paused_runtime().block_on(async { World::new(seed).run().await })
 }
 
 #[test]
 fn simulated_clusters_lose_nothing_and_serve_nothing_they_later_rewrite() {
-    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("SIM_FIRST_SEED").unwrap_or(1);
-            (first..first + env_u64("SIM_SEEDS").unwrap_or(2000)).collect()
-        }
-    };
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failed: Mutex<Vec<(u64, Outcome)>> = Mutex::new(Vec::new());
+    let seeds = seeds(2000);
     let acks = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&seed) = seeds.get(i) else { return };
-                let outcome = simulate(seed);
-                if std::env::var_os("SIM_TRACE").is_some() {
-                    println!("seed {seed}:\n{}", outcome.trace.join("\n"));
-                }
-                acks.fetch_add(outcome.acks, std::sync::atomic::Ordering::Relaxed);
-                if !outcome.anomalies.is_empty() {
-                    failed.lock().push((seed, outcome));
-                }
-            });
-        }
-    });
-    let mut failed = failed.into_inner();
-    failed.sort_by_key(|(seed, _)| *seed);
+    let failed = run_seeds(
+        &seeds,
+        |seed| {
+            let outcome = simulate(seed);
+            if std::env::var_os("SIM_TRACE").is_some() {
+                println!("seed {seed}:\n{}", outcome.trace.join("\n"));
+            }
+            acks.fetch_add(outcome.acks, std::sync::atomic::Ordering::Relaxed);
+            outcome
+        },
+        |outcome| !outcome.anomalies.is_empty(),
+    );
     println!(
         "{} seeds, {} acknowledged writes, {} failing",
         seeds.len(),
