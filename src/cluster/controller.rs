@@ -9,7 +9,10 @@
 //! the controller makes compares it, so a deposed controller that still
 //! believes in its term (paused, partitioned, slow) has its writes refused by
 //! etcd itself. Each write also compares the mod revisions of what the plan was
-//! computed from, so it applies only to the state it was computed for.
+//! computed from, so it applies only to the state it was computed for, and
+//! when it moves a partition away from a broker that is gone, that the broker
+//! is still gone: a broker that registered again since may already be
+//! serving the partition at the epoch it still holds.
 //!
 //! The loop is level-triggered: read the whole prefix at one revision, run the
 //! pure [`plan`], write the differences one topic per transaction, then wait
@@ -123,7 +126,7 @@ impl Term {
     /// One transaction per topic whose assignment or releases must change.
     fn writes(&self, state: &ClusterState, settled: &BTreeSet<NodeId>) -> Vec<Txn> {
         let keys = self.etcd.keys();
-        let live = state.brokers.keys().copied().collect();
+        let live: BTreeSet<NodeId> = state.brokers.keys().copied().collect();
         let next = plan(
             &live,
             settled,
@@ -148,6 +151,24 @@ impl Term {
                     keys.assignment(id),
                     current.map_or(0, |c| c.mod_revision),
                 ));
+                // A partition leaves a broker without its release only because
+                // that broker is gone; if it registered again since the read,
+                // it may be serving the partition, and the plan must be redone.
+                let gone: BTreeSet<NodeId> = current
+                    .into_iter()
+                    .flat_map(|c| c.value.iter())
+                    .filter(|(p, old)| {
+                        !live.contains(&old.leader)
+                            && new
+                                .get(p)
+                                .is_none_or(|n| (n.leader, n.epoch) != (old.leader, old.epoch))
+                    })
+                    .map(|(_, old)| old.leader)
+                    .collect();
+                compares.extend(
+                    gone.into_iter()
+                        .map(|n| Compare::Version(keys.broker(n), 0)),
+                );
                 let value = serde_json::to_vec(new).expect("serializable");
                 ops.push(Op::put(keys.assignment(id), value));
             }

@@ -44,6 +44,7 @@ mod metrics;
 mod replicas_and_log_dirs;
 mod security;
 mod simulation;
+mod simulation_control;
 mod tiered;
 mod topic_configs;
 mod transactions;
