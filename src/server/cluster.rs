@@ -311,9 +311,16 @@ impl Leadership {
                     }
                 }
             }
-            let handed =
-                futures::future::join_all(releases.iter().map(|&(t, p, e)| self.release(t, p, e)))
-                    .await;
+            // A release waits on the store and on etcd; losing the lease
+            // meanwhile must still stop everything at once (the next pass).
+            let mut lost = self.node.member().subscribe();
+            let handed = tokio::select! {
+                biased;
+                _ = lost.wait_for(|s| *s == LeaseState::Lost) => continue,
+                handed = futures::future::join_all(
+                    releases.iter().map(|&(t, p, e)| self.release(t, p, e)),
+                ) => handed,
+            };
             released.extend(
                 releases
                     .into_iter()
@@ -358,8 +365,18 @@ impl Leadership {
         }
         let me = self.node.node_id();
         let own_written = self.wal.next_sequence();
+        let LeaseState::Live { lease, .. } = self.node.member().lease_state() else {
+            return;
+        };
         for (claim, taken) in self.tier.take_over(claims, me, own_written, alive).await {
             let (topic_id, index, epoch) = (claim.topic.id(), claim.index, claim.epoch);
+            // The controller may have moved the partition if the lease was
+            // lost during the takeover: then the next pass stops everything.
+            if !matches!(self.node.member().lease_state(), LeaseState::Live { lease: l, .. } if l == lease)
+            {
+                tracing::info!(topic = %topic_id, partition = index, epoch, "lease lost during the takeover; not serving");
+                continue;
+            }
             let ready = match taken {
                 Ok(_) if claim.topic.name() == OFFSETS_TOPIC => {
                     self.coordinator.reload().await.map_err(anyhow::Error::from)
