@@ -26,7 +26,7 @@
 //!
 //! `since` is the first sequence number of the writer's run (version 2):
 //! with it a reader tells whether a fence cut that run off below an object
-//! (`wal::objects_below`). Version 1 objects lack it and still decode.
+//! (`wal::objects_between`). Version 1 objects lack it and still decode.
 //!
 //! From version 3 on, an entry's `leader_epoch` is the epoch at which the
 //! writer led the partition, also for a batch it replayed from an earlier

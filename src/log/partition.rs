@@ -172,6 +172,9 @@ struct State {
     /// and replays the head, and a reader shown an end below its position
     /// would be sent back to its `auto.offset.reset`.
     appends_open: bool,
+    /// The head sink's position when each segment since the last reset or
+    /// open was created: every batch of the segment lies at or above it.
+    sink_positions: BTreeMap<i64, u64>,
 }
 
 impl State {
@@ -331,6 +334,7 @@ impl Partition {
             epochs,
             // In a cluster the partition takes appends once taken over.
             appends_open: settings.head_sink.is_none(),
+            sink_positions: BTreeMap::new(),
         };
         let end = state.end_offset();
         Ok(Partition {
@@ -516,6 +520,11 @@ impl Partition {
         }
         st.segments
             .insert(next, Segment::create(&self.dir, next, now)?);
+        if let Some(sink) = &self.head_sink {
+            st.sink_positions
+                .retain(|base, _| st.segments.contains_key(base));
+            st.sink_positions.insert(next, sink.position());
+        }
         tracing::debug!(dir = %self.dir.display(), base_offset = next, "rolled segment");
         Ok(())
     }
@@ -756,6 +765,11 @@ impl Partition {
             point.next_offset,
             Segment::create(&self.dir, point.next_offset, now)?,
         );
+        st.sink_positions = self
+            .head_sink
+            .iter()
+            .map(|sink| (point.next_offset, sink.position()))
+            .collect();
         st.log_start_offset = point.log_start_offset;
         st.producers = restored.producers;
         st.epochs = restored.epochs;
@@ -1011,6 +1025,18 @@ impl Partition {
     /// Whether the log has a part in the object store.
     pub fn has_remote(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// The head sink's position at or below which every batch from
+    /// `offset` on lies, if `offset` starts a segment created since the last
+    /// reset (uploads end at segment boundaries). Only while the partition
+    /// takes appends: between a takeover's reset and its end, the head is
+    /// still only in the previous leader's log.
+    pub fn sink_position_from(&self, offset: i64) -> Option<u64> {
+        let st = self.state.lock();
+        st.appends_open
+            .then(|| st.sink_positions.get(&offset).copied())
+            .flatten()
     }
 
     /// Whether appends are made durable by a head sink.
@@ -1520,6 +1546,9 @@ mod tests {
         }
         fn submit(&self, durable: &DurableMark, _: i32, _: i64, last: i64, _: &[u8], _: &[u8]) {
             self.submitted.lock().push((durable.clone(), last + 1));
+        }
+        fn position(&self) -> u64 {
+            self.submitted.lock().len() as u64
         }
         fn failed(
             &self,

@@ -47,6 +47,11 @@ pub trait HeadSink: Send + Sync {
     /// Resolves, with the reason, once the sink will make nothing more
     /// durable (a newer leader fenced its log).
     fn failed(&self) -> Pin<Box<dyn Future<Output = LogError> + Send + '_>>;
+
+    /// A position in the sink's own log at or below which whatever is
+    /// submitted from now on lands (the write-ahead log's next sequence
+    /// number), so that a reader of that log knows where to start.
+    fn position(&self) -> u64;
 }
 
 pub trait RemoteLog: Send + Sync {

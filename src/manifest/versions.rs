@@ -129,6 +129,12 @@ pub struct Manifest {
     /// from before transactions, which had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stable_offset: Option<i64>,
+    /// Where the next leader starts reading `leader`'s write-ahead log: its
+    /// objects below this sequence number hold nothing of this partition at
+    /// or past the manifest's end. Set by the takeover and raised by each
+    /// upload; `None` (older manifests): read the whole log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_floor: Option<u64>,
 }
 
 /// Who leads a partition, as its manifest records it.
@@ -149,6 +155,7 @@ impl Manifest {
             written_ms: 0,
             leader: None,
             stable_offset: None,
+            wal_floor: None,
         }
     }
 

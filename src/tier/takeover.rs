@@ -145,7 +145,7 @@ impl Tier {
                 let finished: Vec<_> = futures::stream::iter(replayed)
                     .map(|(p, r)| async move {
                         match r {
-                            Ok(()) => self.finish(p, node_id).await,
+                            Ok(()) => self.finish(p, node_id, own_written).await,
                             Err(e) => (p.claim, Err(e)),
                         }
                     })
@@ -235,8 +235,15 @@ impl Tier {
             .enumerate()
             .map(|(i, (p, _))| ((p.claim.topic.id(), p.claim.index), i))
             .collect();
+        // Every partition's head lies in `previous`'s objects from its floor on.
+        let from = results
+            .iter()
+            .map(|(p, _)| p.manifest.wal_floor.unwrap_or(0))
+            .min()
+            .unwrap_or(0);
         let started = tokio::time::Instant::now();
-        let objects = match wal::objects_below(self.partitions.store(), previous, below).await {
+        let store = self.partitions.store();
+        let objects = match wal::objects_between(store, previous, from, below).await {
             Ok(o) => o,
             Err(e) => return fail_all(results, e.into()),
         };
@@ -270,6 +277,7 @@ impl Tier {
         tracing::info!(
             previous,
             partitions = results.len(),
+            from,
             objects = read,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "read the previous leader's write-ahead log"
@@ -279,7 +287,12 @@ impl Tier {
 
     /// Waits until the replayed head is in this broker's own log, then
     /// records this broker as the leader in the next manifest version.
-    async fn finish(&self, p: Prepared, node_id: i32) -> (Claim, Result<i64, TierError>) {
+    async fn finish(
+        &self,
+        p: Prepared,
+        node_id: i32,
+        own_written: u64,
+    ) -> (Claim, Result<i64, TierError>) {
         let Prepared {
             claim,
             remote,
@@ -311,6 +324,9 @@ impl Tier {
                         "another leader recorded itself meanwhile".into(),
                     ));
                 }
+                // The head was replayed into this broker's log, from
+                // `own_written` on.
+                next.wal_floor = Some(own_written);
                 next.leader = mine;
                 Ok(())
             })

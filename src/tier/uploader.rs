@@ -189,11 +189,22 @@ impl Uploader {
                 uploaded.push(tiered);
             }
             let stable_offset = partition.last_stable_offset();
+            let epoch = partition.leader_epoch();
             self.partitions
-                .commit(&remote, partition.leader_epoch(), |m| {
+                .commit(&remote, epoch, |m| {
                     let end = m.end_offset().unwrap_or(i64::MIN);
                     m.segments
                         .extend(uploaded.iter().filter(|s| s.base_offset >= end).cloned());
+                    // The head now starts at the next segment, whose batches
+                    // all lie at or past where the log was when it was made.
+                    // Only the leader that recorded itself keeps the floor of
+                    // its own log.
+                    if m.leader.is_some_and(|l| l.epoch == epoch) {
+                        let head = m.end_offset().unwrap_or(i64::MIN);
+                        if let Some(floor) = partition.sink_position_from(head) {
+                            m.wal_floor = Some(m.wal_floor.map_or(floor, |f| f.max(floor)));
+                        }
+                    }
                     m.stable_offset = Some(
                         m.stable_offset
                             .map_or(stable_offset, |s| s.max(stable_offset)),

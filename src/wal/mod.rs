@@ -32,7 +32,7 @@
 //!    taker writes a fence into every free slot of `f - WINDOW .. f`: a PUT
 //!    still in flight for one of them fails as above.
 //! 3. Now nothing can land below `f` any more, and the taker reads what is
-//!    there (`objects_below`). Everything the old broker acknowledged is
+//!    there (`objects_between`). Everything the old broker acknowledged is
 //!    among it. A slot it plugged held an object that never landed, so the
 //!    old broker acknowledged nothing from that object on; the objects above
 //!    the plug that did land were never acknowledged either, and a
@@ -42,7 +42,7 @@
 //!    leader's history went on without them, so no later reader may take
 //!    them either: every object names the first sequence number of its run,
 //!    and a reader drops an object if a fence lies between the two
-//!    (`objects_below`). The plugs of step 2 do not count: a plug may fill
+//!    (`objects_between`). The plugs of step 2 do not count: a plug may fill
 //!    a slot whose object was collected, below objects the run did
 //!    acknowledge, and the objects above a plug that matter are cut by `f`.
 //!
@@ -534,6 +534,12 @@ impl HeadSink for WalPartition {
         self.wal.check()
     }
 
+    /// A batch submitted now is taken by a write that draws its sequence
+    /// number afterwards, under the same lock.
+    fn position(&self) -> u64 {
+        self.wal.next_seq.load(Ordering::SeqCst)
+    }
+
     fn submit(
         &self,
         durable: &DurableMark,
@@ -631,17 +637,25 @@ async fn put_fence(
     }
 }
 
-/// Broker `node_id`'s objects below sequence `below`, in sequence order,
-/// without fences, collected objects, and the objects a fence cut off from
-/// the start of their run (module doc, step 4). A few are fetched ahead, and
-/// only a bounded number are held at a time however long the log.
-pub async fn objects_below(
+/// Broker `node_id`'s objects from sequence `from` to below `below`, in
+/// sequence order, without fences, collected objects, and the objects a
+/// fence cut off from the start of their run (module doc, step 4). A few are
+/// fetched ahead, and only a bounded number are held at a time however long
+/// the log.
+///
+/// A run's objects above a fence that cuts them lie within `WINDOW` of it
+/// (the writer took no sequence number that far past the unacknowledged
+/// one the fence took), so the fences that cut objects from `from` on lie
+/// in the `WINDOW` slots below it: those are read too, for their fences.
+pub async fn objects_between(
     store: &Arc<dyn ObjectStore>,
     node_id: i32,
+    from: u64,
     below: u64,
 ) -> Result<impl Stream<Item = Result<WalObject, WalError>> + use<>, WalError> {
     let mut seqs = list_seqs(store, node_id).await?;
-    seqs.retain(|&s| s < below);
+    let first = from.saturating_sub(WINDOW);
+    seqs.retain(|&s| first <= s && s < below);
     let store = store.clone();
     let fetches = seqs.into_iter().map(move |seq| {
         let store = store.clone();
@@ -664,13 +678,13 @@ pub async fn objects_below(
                     fences.insert(o.header.seq);
                 }
                 let cut = |since| fences.range(since..o.header.seq).next().is_some();
-                !o.is_fence() && !o.header.since.is_some_and(cut)
+                !o.is_fence() && !o.header.since.is_some_and(cut) && o.header.seq >= from
             });
             async move { Ok(o) }
         }))
 }
 
-/// Objects fetched ahead by [`objects_below`].
+/// Objects fetched ahead by [`objects_between`].
 const READ_AHEAD: usize = 16;
 
 /// Every object in the store's write-ahead logs, by node: its sequence
@@ -749,7 +763,7 @@ mod tests {
         from: i64,
     ) -> Result<Vec<Bytes>, WalError> {
         let mut by_offset: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
-        let objects = objects_below(store, node_id, below).await?;
+        let objects = objects_between(store, node_id, 0, below).await?;
         futures::pin_mut!(objects);
         while let Some(object) = objects.try_next().await? {
             for e in object.entries.iter().flatten() {
@@ -989,7 +1003,11 @@ mod tests {
     }
 
     async fn seqs_read(store: &Arc<dyn ObjectStore>) -> Vec<u64> {
-        objects_below(store, 7, u64::MAX)
+        seqs_read_from(store, 0).await
+    }
+
+    async fn seqs_read_from(store: &Arc<dyn ObjectStore>, from: u64) -> Vec<u64> {
+        objects_between(store, 7, from, u64::MAX)
             .await
             .unwrap()
             .map_ok(|o| o.header.seq)
@@ -1016,6 +1034,29 @@ mod tests {
         assert!(!first.put(5, object_of(&first, 5)).await.unwrap());
         assert!(second.put(12, object_of(&second, 12)).await.unwrap());
         assert_eq!(seqs_read(&store).await, vec![1, 12]);
+    }
+
+    #[tokio::test]
+    async fn reading_from_a_floor_still_drops_what_a_fence_below_it_cut_off() {
+        let store = store();
+        let settings = WalSettings::new(Duration::from_millis(5), 1 << 20);
+        let first = Wal::open(store.clone(), 7, settings.clone()).await.unwrap();
+        assert!(first.put(1, object_of(&first, 1)).await.unwrap());
+        assert_eq!(fence(&store, 7, 2).await.unwrap(), 2);
+        assert!(first.put(3, object_of(&first, 3)).await.unwrap());
+        assert_eq!(fence_own(&store, 7).await.unwrap(), 4);
+        let second = Wal::open(store.clone(), 7, settings).await.unwrap();
+        assert!(second.put(12, object_of(&second, 12)).await.unwrap());
+        // Object 3 lies past a floor of 3, and the fence at 2 that cuts it
+        // off lies below the floor: it is read all the same.
+        for (from, read) in [
+            (0, vec![1, 12]),
+            (3, vec![12]),
+            (12, vec![12]),
+            (13, vec![]),
+        ] {
+            assert_eq!(seqs_read_from(&store, from).await, read, "from {from}");
+        }
     }
 
     #[tokio::test]

@@ -1424,3 +1424,11 @@ fn no_lost_write_from_a_broker_that_handed_the_partition_over() {
 fn no_lost_write_while_a_broker_takes_its_own_partition_back() {
     replay_finds_nothing(2459);
 }
+
+/// A broker taking its own partitions back had reset a head and not yet
+/// replayed it when its uploader raised the manifest's write-ahead-log floor
+/// past the objects that held the head; the next attempt read from there.
+#[test]
+fn no_lost_write_from_a_floor_raised_during_a_takeover() {
+    replay_finds_nothing(459);
+}
