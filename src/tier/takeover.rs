@@ -40,6 +40,15 @@
 //! object, handing each entry to the partition it belongs to. The stall
 //! after a failure then grows with the size of the dead broker's log, not
 //! with that size times its partition count.
+//!
+//! Nor need the whole log be read. The manifest records a floor
+//! (`wal_floor`) below which the leader's log holds nothing of the
+//! partition past the manifest's end: where the taker's own log stood
+//! before step 3 (the head is written again from there on), raised by each
+//! upload to where the log stood when the new head segment was made (only
+//! while the partition takes appends: between step 3's reset and step 4 the
+//! head is still only in the previous log). A round reads from the smallest
+//! floor of the partitions it takes from one leader.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
