@@ -86,3 +86,34 @@ pub fn run_seeds<O: Send>(
     failing.sort_by_key(|(seed, _)| *seed);
     failing
 }
+
+/// Checks that two runs of `seed` did the same: the same lines, once sorted
+/// (tokio's watch channels wake tasks waiting at one instant in a random
+/// order). `SIM_DUMP=dir` writes both traces there.
+pub fn assert_same_runs(seed: u64, name: &str, mut a: Vec<String>, mut b: Vec<String>) {
+    a.sort();
+    b.sort();
+    if let Some(dir) = std::env::var_os("SIM_DUMP") {
+        for (run, trace) in [("first", &a), ("second", &b)] {
+            let path = std::path::PathBuf::from(&dir).join(format!("{name}-{seed}-{run}.txt"));
+            std::fs::write(path, trace.join("\n")).unwrap();
+        }
+    }
+    let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert!(
+        first_difference.is_none() && a.len() == b.len(),
+        "seed {seed} ran differently the second time, from line {first_difference:?}:\n{:?}\n{:?}",
+        first_difference.map(|i| &a[i]),
+        first_difference.map(|i| &b[i]),
+    );
+}
+
+/// Fails with the anomalies and the trace of `seed`, if it had any.
+pub fn assert_no_anomalies(seed: u64, anomalies: &[String], trace: &[String]) {
+    assert!(
+        anomalies.is_empty(),
+        "seed {seed}:\n  {}\n\ntrace:\n{}",
+        anomalies.join("\n  "),
+        trace.join("\n")
+    );
+}

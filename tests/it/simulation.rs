@@ -65,7 +65,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::common::sim::{env_u64, paused_runtime, run_seeds, seeds, Rng};
+use crate::common::sim::{
+    assert_no_anomalies, assert_same_runs, env_u64, paused_runtime, run_seeds, seeds, Rng,
+};
 
 const TOPIC: &str = "sim";
 const TOPIC_ID: Uuid = Uuid::from_u128(0x5151);
@@ -1342,26 +1344,8 @@ fn simulated_clusters_lose_nothing_and_serve_nothing_they_later_rewrite() {
 #[test]
 fn a_seed_replays_exactly() {
     let seed = env_u64("SIM_SEED").unwrap_or(7);
-    let (mut a, mut b) = (simulate(seed), simulate(seed));
-    // Tasks woken at the same virtual instant may log in either order
-    // (file reads go through tokio's blocking pool); what happened, and
-    // when, must be the same.
-    for run in [&mut a, &mut b] {
-        run.trace.sort();
-    }
-    if let Some(dir) = std::env::var_os("SIM_DUMP") {
-        for (name, run) in [("first", &a), ("second", &b)] {
-            let path = PathBuf::from(&dir).join(format!("seed-{seed}-{name}.txt"));
-            std::fs::write(path, run.trace.join("\n")).unwrap();
-        }
-    }
-    let first_difference = a.trace.iter().zip(&b.trace).position(|(x, y)| x != y);
-    assert!(
-        first_difference.is_none() && a.trace.len() == b.trace.len(),
-        "seed {seed} ran differently the second time, from line {first_difference:?}:\n{:?}\n{:?}",
-        first_difference.map(|i| &a.trace[i]),
-        first_difference.map(|i| &b.trace[i]),
-    );
+    let (a, b) = (simulate(seed), simulate(seed));
+    assert_same_runs(seed, "seed", a.trace, b.trace);
 }
 
 /// Worlds in which the simulation found a broker bug, replayed as they were
@@ -1369,12 +1353,7 @@ fn a_seed_replays_exactly() {
 /// does not change; each still runs a full world either way).
 fn replay_finds_nothing(seed: u64) {
     let outcome = simulate(seed);
-    assert!(
-        outcome.anomalies.is_empty(),
-        "seed {seed}:\n  {}\n\ntrace:\n{}",
-        outcome.anomalies.join("\n  "),
-        outcome.trace.join("\n")
-    );
+    assert_no_anomalies(seed, &outcome.anomalies, &outcome.trace);
 }
 
 /// A write acknowledged by a leader whose WAL object landed below the fence

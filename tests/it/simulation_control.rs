@@ -35,7 +35,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::common::sim::{paused_runtime, run_seeds, seeds, Rng};
+use crate::common::sim::{
+    assert_no_anomalies, assert_same_runs, paused_runtime, run_seeds, seeds, Rng,
+};
 
 const NODES: [NodeId; 3] = [1, 2, 3];
 const TTL: Duration = Duration::from_secs(2);
@@ -524,38 +526,14 @@ fn control_planes_never_let_two_brokers_serve_one_partition() {
 #[test]
 fn a_control_plane_seed_replays_exactly() {
     for seed in 1..=100 {
-        let (mut a, mut b) = (simulate(seed), simulate(seed));
-        // Tasks woken at the same virtual instant may run in either order
-        // (tokio's watch channels wake their waiters in a random order); what
-        // happened, and when, must be the same.
-        for run in [&mut a, &mut b] {
-            run.trace.sort();
-        }
-        if let Some(dir) = std::env::var_os("SIM_DUMP") {
-            for (name, run) in [("first", &a), ("second", &b)] {
-                let path =
-                    std::path::PathBuf::from(&dir).join(format!("control-{seed}-{name}.txt"));
-                std::fs::write(path, run.trace.join("\n")).unwrap();
-            }
-        }
-        let first_difference = a.trace.iter().zip(&b.trace).position(|(x, y)| x != y);
-        assert!(
-            first_difference.is_none() && a.trace.len() == b.trace.len(),
-            "seed {seed} ran differently the second time, from line {first_difference:?}:\n{:?}\n{:?}",
-            first_difference.map(|i| &a.trace[i]),
-            first_difference.map(|i| &b.trace[i]),
-        );
+        let (a, b) = (simulate(seed), simulate(seed));
+        assert_same_runs(seed, "control", a.trace, b.trace);
     }
 }
 
 fn replay_finds_nothing(seed: u64) {
     let outcome = simulate(seed);
-    assert!(
-        outcome.anomalies.is_empty(),
-        "seed {seed}:\n  {}\n\ntrace:\n{}",
-        outcome.anomalies.join("\n  "),
-        outcome.trace.join("\n")
-    );
+    assert_no_anomalies(seed, &outcome.anomalies, &outcome.trace);
 }
 
 /// The controller, reading a state in which a broker had left, moved its
