@@ -20,6 +20,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -181,28 +182,8 @@ async fn serve<R, W>(
 {
     let client_host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     let open = Open::new(broker.metrics.clone());
-    // Each reply goes with its API key and arrival time when latencies are kept.
-    let (tx, mut rx) = mpsc::channel::<(Reply, Option<(i16, Instant)>)>(MAX_IN_FLIGHT);
-
-    let metrics = broker.metrics.clone();
-    let writer = tokio::spawn(async move {
-        let mut out = BufWriter::with_capacity(64 * 1024, write_half);
-        while let Some((reply, arrived)) = rx.recv().await {
-            let Some(frame) = reply.await else {
-                break;
-            };
-            if let (Some(m), Some((key, at))) = (&metrics, arrived) {
-                m.latency(key, at.elapsed());
-            }
-            if !frame.is_empty() && out.write_all(&frame).await.is_err() {
-                break;
-            }
-            if rx.is_empty() && out.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = out.shutdown().await;
-    });
+    let (tx, rx) = mpsc::channel::<Queued>(MAX_IN_FLIGHT);
+    let writer = tokio::spawn(write_replies(rx, write_half, broker.metrics.clone()));
 
     let sasl = listener.protocol.sasl();
     let mut auth = if sasl { Auth::Handshake } else { Auth::Open };
@@ -311,6 +292,45 @@ async fn serve<R, W>(
     // Replies already dispatched are still delivered before the socket closes.
     drop(tx);
     let _ = writer.await;
+}
+
+/// What the reader hands the writer: a reply, with its API key and arrival
+/// time when latencies are kept.
+type Queued = (Reply, Option<(i16, Instant)>);
+
+/// Sends the replies in request order. Replies that are ready go out in one
+/// write; one that is not yet (waiting for durability) must not hold back
+/// those before it, so the buffer is flushed before waiting for it.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Queued>,
+    write_half: W,
+    metrics: Option<Arc<RequestMetrics>>,
+) {
+    let mut out = BufWriter::with_capacity(64 * 1024, write_half);
+    while let Some((mut reply, arrived)) = rx.recv().await {
+        let frame = match futures::poll!(&mut reply) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                if out.flush().await.is_err() {
+                    break;
+                }
+                reply.await
+            }
+        };
+        let Some(frame) = frame else {
+            break;
+        };
+        if let (Some(m), Some((key, at))) = (&metrics, arrived) {
+            m.latency(key, at.elapsed());
+        }
+        if !frame.is_empty() && out.write_all(&frame).await.is_err() {
+            break;
+        }
+        if rx.is_empty() && out.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = out.shutdown().await;
 }
 
 enum Intercept {
@@ -526,5 +546,47 @@ impl SaslCx<'_> {
             // No error can be framed here: close after the delay.
             Err(why) => Intercept::ReplyAndClose(self.delayed(Some(Bytes::new())), why),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    fn ready(bytes: &'static [u8]) -> Queued {
+        (
+            Box::pin(async move { Some(Bytes::from_static(bytes)) }),
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_reply_goes_out_while_the_next_one_still_waits() {
+        let (client, server) = tokio::io::duplex(1024);
+        let (tx, rx) = mpsc::channel(8);
+        let writer = tokio::spawn(write_replies(rx, server, None));
+        let (release, released) = oneshot::channel::<()>();
+        tx.send(ready(b"first")).await.unwrap();
+        let later: Reply = Box::pin(async move {
+            released.await.ok()?;
+            Some(Bytes::from_static(b"second"))
+        });
+        tx.send((later, None)).await.unwrap();
+        let mut client = client;
+        let mut got = [0u8; 5];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+            .await
+            .expect("the first reply was held back behind the second")
+            .unwrap();
+        assert_eq!(&got, b"first");
+        release.send(()).unwrap();
+        drop(tx);
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"second");
+        writer.await.unwrap();
     }
 }
