@@ -245,7 +245,7 @@ pub struct BrokerConfig {
 
     /// Cluster mode: a write-ahead log object is written sooner once this
     /// many bytes are pending.
-    #[arg(long, env = "STRATA_WAL_MAX_BYTES", default_value_t = 4 << 20)]
+    #[arg(long, env = "STRATA_WAL_MAX_BYTES", default_value_t = 8 << 20)]
     pub wal_max_bytes: usize,
 
     /// Cluster mode: a write-ahead log object's PUT not answered within this

@@ -11,6 +11,14 @@
 //! whatever the number of partitions. Sealed segments still go to the store
 //! as before; the WAL only covers the head until they do.
 //!
+//! Under light load a tick writes whatever is pending, so a record waits
+//! less than one interval. Under heavy load (more than an eighth of
+//! `--wal-max-bytes` pending at a tick) a tick writes the object only once
+//! its oldest batch has waited a whole interval: objects then hold one to
+//! two intervals of data, and the PUTs per GB written fall, for at most one
+//! more interval of latency at loads where queueing in the clients already
+//! costs more.
+//!
 //! Objects are `wal/<node>/<seq:020>.wal`, written create-only. A store PUT
 //! takes tens of milliseconds, so one object at a time would cap a broker at
 //! one flush per round trip and make every record wait for the PUT before
@@ -134,7 +142,13 @@ struct Pending {
     builder: WalBuilder,
     /// The mark each partition reaches once this object is written.
     marks: Vec<(DurableMark, i64)>,
+    /// When the oldest batch of this object came.
+    since: Option<Instant>,
 }
+
+/// A tick finding more than `max_bytes / HEAVY` pending lets a young object
+/// grow (see the module doc).
+const HEAVY: usize = 8;
 
 /// How the write-ahead log writes its objects.
 #[derive(Debug, Clone)]
@@ -291,17 +305,17 @@ impl Wal {
         let mut writes = JoinSet::new();
         loop {
             // Biased, so one seed of the simulation always takes one path.
-            tokio::select! {
+            let ticked = tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => break,
                 Some(_) = writes.join_next(), if !writes.is_empty() => continue,
-                _ = tick.tick() => {}
-                _ = self.kick.notified() => {}
-            }
+                _ = tick.tick() => true,
+                _ = self.kick.notified() => false,
+            };
             if self.is_fenced() {
                 break;
             }
-            if self.pending.lock().builder.is_empty() {
+            if !self.due(ticked) {
                 continue;
             }
             // With the window full the pending object grows meanwhile:
@@ -315,6 +329,17 @@ impl Wal {
             writes.spawn(async move { wal.write(slot).await });
         }
         while writes.join_next().await.is_some() {}
+    }
+
+    /// Whether the pending batches are to be written now: at a kick (enough
+    /// bytes), or at a tick unless the load is heavy and the oldest batch
+    /// has not yet waited a whole interval.
+    fn due(&self, ticked: bool) -> bool {
+        let p = self.pending.lock();
+        let Some(since) = p.since else {
+            return false;
+        };
+        !ticked || p.builder.len() <= self.max_bytes / HEAVY || since.elapsed() >= self.flush_every
     }
 
     /// Writes the pending batches as the next object and waits until every
@@ -359,6 +384,7 @@ impl Wal {
                 since: Some(self.since),
             };
             let table = p.builder.entries().to_vec();
+            p.since = None;
             (
                 seq,
                 p.builder.finish(header),
@@ -484,6 +510,7 @@ impl Wal {
 
     fn submit(&self, durable: &DurableMark, entry: Entry<'_>) {
         let mut p = self.pending.lock();
+        p.since.get_or_insert_with(Instant::now);
         p.builder.push(
             entry.topic_id,
             entry.partition,
@@ -837,6 +864,33 @@ mod tests {
         let store: Arc<dyn ObjectStore> = faulty;
         let got = read_partition(&store, 1, u64::MAX, Uuid::from_u128(1), 0, 0);
         assert_eq!(got.await.unwrap(), vec![Bytes::from_static(b"Ha")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_heavy_load_a_tick_lets_a_young_object_grow() {
+        let settings = WalSettings::new(Duration::from_millis(50), 8000);
+        let wal = Wal::open(store(), 1, settings).await.unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let running = tokio::spawn(wal.clone().run(stopped));
+        let p = sink(&wal, Uuid::from_u128(1), 0, 0);
+        let puts = || wal.stats.puts.load(Ordering::Relaxed);
+        // Ticks at 0, 50, 100, ... ms. Light load: a small batch that came
+        // 10 ms before a tick is written at that tick.
+        tokio::time::sleep(Duration::from_millis(90)).await;
+        append(&p, 0, 0, &[1; 100]).await;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        assert_eq!(puts(), 1);
+        // Heavy: more than an eighth of max_bytes, 10 ms before the tick at
+        // 150 ms, waits for the tick at 200.
+        tokio::time::sleep(Duration::from_millis(35)).await;
+        append(&p, 1, 1, &[2; 2000]).await;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        assert_eq!(puts(), 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(puts(), 2);
+        wait_durable(&p, 2).await.unwrap();
+        stop.send_replace(true);
+        running.await.unwrap();
     }
 
     #[tokio::test]
