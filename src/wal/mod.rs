@@ -143,7 +143,7 @@ struct Pending {
     /// The mark each partition reaches once this object is written.
     marks: Vec<(DurableMark, i64)>,
     /// When the oldest batch of this object came.
-    since: Option<Instant>,
+    oldest: Option<Instant>,
 }
 
 /// A tick finding more than `max_bytes / HEAVY` pending lets a young object
@@ -336,10 +336,10 @@ impl Wal {
     /// has not yet waited a whole interval.
     fn due(&self, ticked: bool) -> bool {
         let p = self.pending.lock();
-        let Some(since) = p.since else {
+        let Some(oldest) = p.oldest else {
             return false;
         };
-        !ticked || p.builder.len() <= self.max_bytes / HEAVY || since.elapsed() >= self.flush_every
+        !ticked || p.builder.len() <= self.max_bytes / HEAVY || oldest.elapsed() >= self.flush_every
     }
 
     /// Writes the pending batches as the next object and waits until every
@@ -384,7 +384,7 @@ impl Wal {
                 since: Some(self.since),
             };
             let table = p.builder.entries().to_vec();
-            p.since = None;
+            p.oldest = None;
             (
                 seq,
                 p.builder.finish(header),
@@ -510,7 +510,7 @@ impl Wal {
 
     fn submit(&self, durable: &DurableMark, entry: Entry<'_>) {
         let mut p = self.pending.lock();
-        p.since.get_or_insert_with(Instant::now);
+        p.oldest.get_or_insert_with(Instant::now);
         p.builder.push(
             entry.topic_id,
             entry.partition,
