@@ -1070,20 +1070,26 @@ mod tests {
             .unwrap()
     }
 
-    #[tokio::test]
-    async fn objects_of_a_run_a_fence_cut_off_are_not_read_even_when_they_land_above_it() {
-        let store = store();
+    /// Node 7's first run writes object 1; a taker fences at 2 while the
+    /// run has 2..=4 in flight, and 3 lands afterwards, above the fence.
+    /// Then the broker restarts (`fence_own`) and opens its second run.
+    async fn a_run_cut_off_by_a_fence(store: &Arc<dyn ObjectStore>) -> (Arc<Wal>, Arc<Wal>) {
         let settings = WalSettings::new(Duration::from_millis(5), 1 << 20);
         let first = Wal::open(store.clone(), 7, settings.clone()).await.unwrap();
         assert!(first.put(1, object_of(&first, 1)).await.unwrap());
-        // A taker fences at 2 while the run has 2..=4 in flight; 3 lands
-        // afterwards, above the fence.
-        assert_eq!(fence(&store, 7, 2).await.unwrap(), 2);
+        assert_eq!(fence(store, 7, 2).await.unwrap(), 2);
         assert!(first.put(3, object_of(&first, 3)).await.unwrap());
-        // The broker restarts: the new run starts past every slot the old
-        // one may still write, and a late PUT of the old run finds a plug.
-        assert_eq!(fence_own(&store, 7).await.unwrap(), 4);
+        assert_eq!(fence_own(store, 7).await.unwrap(), 4);
         let second = Wal::open(store.clone(), 7, settings).await.unwrap();
+        (first, second)
+    }
+
+    #[tokio::test]
+    async fn objects_of_a_run_a_fence_cut_off_are_not_read_even_when_they_land_above_it() {
+        let store = store();
+        let (first, second) = a_run_cut_off_by_a_fence(&store).await;
+        // The new run starts past every slot the old one may still write,
+        // and a late PUT of the old run finds a plug.
         assert_eq!(second.next_sequence(), 4 + WINDOW);
         assert!(!first.put(5, object_of(&first, 5)).await.unwrap());
         assert!(second.put(12, object_of(&second, 12)).await.unwrap());
@@ -1093,16 +1099,10 @@ mod tests {
     #[tokio::test]
     async fn reading_from_a_floor_still_drops_what_a_fence_below_it_cut_off() {
         let store = store();
-        let settings = WalSettings::new(Duration::from_millis(5), 1 << 20);
-        let first = Wal::open(store.clone(), 7, settings.clone()).await.unwrap();
-        assert!(first.put(1, object_of(&first, 1)).await.unwrap());
-        assert_eq!(fence(&store, 7, 2).await.unwrap(), 2);
-        assert!(first.put(3, object_of(&first, 3)).await.unwrap());
-        assert_eq!(fence_own(&store, 7).await.unwrap(), 4);
-        let second = Wal::open(store.clone(), 7, settings).await.unwrap();
+        let (_, second) = a_run_cut_off_by_a_fence(&store).await;
         assert!(second.put(12, object_of(&second, 12)).await.unwrap());
         // Object 3 lies past a floor of 3, and the fence at 2 that cuts it
-        // off lies below the floor: it is read all the same.
+        // off lies below the floor: it is dropped all the same.
         for (from, read) in [
             (0, vec![1, 12]),
             (3, vec![12]),
