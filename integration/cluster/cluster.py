@@ -18,7 +18,7 @@ import time
 
 import boto3
 from botocore.exceptions import ClientError
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BOOTSTRAP = os.environ.get("BOOTSTRAP", "")
@@ -137,12 +137,27 @@ def read_acks(path):
     return acked, failed, sent
 
 
+# Errors a Kafka client retries: the partition's leadership is moving (the
+# survivors rebalance once the dead broker's partitions settled).
+MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+          KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+
+
+def high_watermark(c, p):
+    deadline = time.time() + 30
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+        except KafkaException as e:
+            if e.args[0].code() not in MOVING or time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def consume_all():
     """(partition, offset) -> value for the whole topic, read with librdkafka."""
     c = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "verify", "enable.auto.commit": False})
-    ends = {}
-    for p in range(PARTITIONS):
-        ends[p] = c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+    ends = {p: high_watermark(c, p) for p in range(PARTITIONS)}
     c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     got = {}
     positions = {p: 0 for p in range(PARTITIONS)}
