@@ -1,9 +1,11 @@
-//! The few requests one broker sends another: today only WriteTxnMarkers,
-//! from a transaction coordinator to the leader of a partition it does not
-//! lead. A request is one short-lived connection to the leader's endpoint
-//! on the inter-broker listener (markers are one request per transaction
-//! and leader, and the coordinator retries on any failure), encoded with
-//! the same protocol types the server decodes.
+//! The few requests one broker sends another: WriteTxnMarkers, from a
+//! transaction coordinator to the leader of a partition it does not lead,
+//! and AddPartitionsToTxn, from a leader whose partition a transactions v2
+//! producer wrote to first, to the transaction coordinator. A request is
+//! one short-lived connection to the other broker's endpoint on the
+//! inter-broker listener (one request per transaction and broker, retried
+//! by the sender or its client on any failure), encoded with the same
+//! protocol types the server decodes.
 //!
 //! The connection is whatever that listener demands of any client: TLS
 //! trusting `--ssl-ca-file` and presenting the broker's certificate, then
@@ -17,8 +19,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
-    SaslHandshakeRequest, SaslHandshakeResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -26,8 +29,8 @@ use tokio::net::TcpStream;
 
 use crate::auth::client::SaslLogin;
 
-/// WriteTxnMarkers v1, Kafka's only current version.
-const VERSION: i16 = 1;
+/// AddPartitionsToTxn v5: batched, as brokers send it (KIP-890).
+const ADD_PARTITIONS_VERSION: i16 = 5;
 /// A leader that does not answer within this is tried again later.
 const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RESPONSE: usize = 64 << 20;
@@ -53,21 +56,51 @@ impl InterBroker {
         }
     }
 
+    /// WriteTxnMarkers at `version`: 2 for transactions v2 markers, else 1.
     pub(crate) async fn write_txn_markers(
         &self,
         host: &str,
         port: i32,
+        version: i16,
         req: WriteTxnMarkersRequest,
     ) -> anyhow::Result<WriteTxnMarkersResponse> {
+        self.request(host, port, ApiKey::WriteTxnMarkers, version, &req)
+            .await
+    }
+
+    pub(crate) async fn add_partitions_to_txn(
+        &self,
+        host: &str,
+        port: i32,
+        req: AddPartitionsToTxnRequest,
+    ) -> anyhow::Result<AddPartitionsToTxnResponse> {
+        self.request(
+            host,
+            port,
+            ApiKey::AddPartitionsToTxn,
+            ADD_PARTITIONS_VERSION,
+            &req,
+        )
+        .await
+    }
+
+    async fn request<Q: Encodable, R: Decodable>(
+        &self,
+        host: &str,
+        port: i32,
+        key: ApiKey,
+        version: i16,
+        req: &Q,
+    ) -> anyhow::Result<R> {
         let addr = format!("{host}:{port}");
         let exchange = async {
             let mut conn = self.connect(host, port).await?;
-            conn.call(ApiKey::WriteTxnMarkers, VERSION, &req).await
+            conn.call(key, version, req).await
         };
         tokio::time::timeout(TIMEOUT, exchange)
             .await
             .with_context(|| format!("no answer from {addr}"))?
-            .with_context(|| format!("WriteTxnMarkers to {addr}"))
+            .with_context(|| format!("{key:?} to {addr}"))
     }
 
     /// A connection to `host:port`, through TLS and SASL as configured.

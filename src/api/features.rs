@@ -67,11 +67,24 @@ struct Feature {
     default: i16,
 }
 
-const FEATURES: &[Feature] = &[Feature {
-    name: GROUP_VERSION,
-    max: 1,
-    default: 1,
-}];
+/// Transactions v2 (KIP-890 part 2) from level 2: clients end every
+/// transaction with an epoch bump and add partitions by producing to them.
+/// Level 1 asks nothing new of clients and behaves as 0 here; it is
+/// offered because Kafka offers it.
+pub(crate) const TRANSACTION_VERSION: &str = "transaction.version";
+
+const FEATURES: &[Feature] = &[
+    Feature {
+        name: GROUP_VERSION,
+        max: 1,
+        default: 1,
+    },
+    Feature {
+        name: TRANSACTION_VERSION,
+        max: 2,
+        default: 2,
+    },
+];
 
 /// Where the epoch is kept in the stored map, next to the levels; no
 /// feature has this name.
@@ -346,7 +359,7 @@ mod tests {
     fn finalized(group_version: i16) -> Finalized {
         Finalized {
             epoch: 3,
-            levels: BTreeMap::from([(GROUP_VERSION, group_version)]),
+            levels: BTreeMap::from([(GROUP_VERSION, group_version), (TRANSACTION_VERSION, 2)]),
         }
     }
 
@@ -358,7 +371,8 @@ mod tests {
     fn a_new_cluster_has_kafkas_default_levels_at_epoch_zero() {
         let f = Finalized::from_stored(&BTreeMap::new());
         assert_eq!((f.epoch, f.level(GROUP_VERSION)), (0, 1));
-        assert_eq!(f.level("transaction.version"), 0);
+        assert_eq!(f.level(TRANSACTION_VERSION), 2);
+        assert_eq!(f.level("share.version"), 0);
     }
 
     #[test]

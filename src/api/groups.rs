@@ -149,7 +149,7 @@ fn handle_find_coordinator(
 /// resolved to names here, before authorization (which is by name), and the
 /// answer names each topic by id again; an id no topic has is
 /// UNKNOWN_TOPIC_ID for each of its partitions, as in Kafka.
-fn topic_name_by_id(b: &Broker, id: uuid::Uuid) -> Option<TopicName> {
+pub(super) fn topic_name_by_id(b: &Broker, id: uuid::Uuid) -> Option<TopicName> {
     b.catalog.topic_by_id(id).map(|t| TopicName(s(t.name())))
 }
 
@@ -512,7 +512,7 @@ fn group_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i3
 
 /// Every transactional id's coordinator: this broker alone, or the leader
 /// of `__transaction_state`'s partition.
-fn txn_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
+pub(super) fn txn_coordinator(broker: &Broker, listener: &str) -> Option<(i32, String, i32)> {
     let Some(cluster) = &broker.cluster else {
         return group_coordinator(broker, listener);
     };

@@ -150,6 +150,9 @@ pub(crate) struct Broker {
     pub(crate) dynamic: broker_configs::DynamicConfigs,
     /// Finalized feature levels (KIP-584).
     pub(crate) features: features::Features,
+    /// Transactions v2 batches waiting for their partition to join the
+    /// producer's transaction.
+    pub(crate) joins: Arc<produce::Joins>,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -282,6 +285,7 @@ impl Broker {
             access,
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
             features: features::Features::new(),
+            joins: Arc::default(),
         }
     }
 

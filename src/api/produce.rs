@@ -14,6 +14,7 @@
 //! turns ids into names first, so authorization, appends and leader hints
 //! see names as before, and answers each topic under the id it was sent.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -25,18 +26,19 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use parking_lot::Mutex;
 
 use super::authorize::{split, TOPIC_DENIED, TXN_ID_DENIED};
 use super::dispatch::{api, Api, Ctx};
 use super::error::log_error_code;
 use super::metrics::error_codes;
-use super::{leader_hints, quotas, Broker};
+use super::{leader_hints, quotas, transactions, Broker};
 use crate::access::acl::Operation;
 use crate::access::quota::Direction;
-use crate::catalog::ProducePolicy;
+use crate::catalog::{ProducePolicy, Topic};
 use crate::format::batch::{validate_produced, BatchHeader, CODEC_MASK, HEADER_LEN};
 use crate::format::records;
-use crate::log::{LogError, Partition};
+use crate::log::{AppendOutcome, LogError, Partition};
 
 pub(super) const PRODUCE: Api = api!(ProduceRequest, 3..=13, later_or_silent(handle_produce));
 
@@ -171,8 +173,78 @@ impl Refusal {
     }
 }
 
+/// A partition's batch appended (with what the response and the durability
+/// wait need), or why not.
+type Appended = Result<(AppendOutcome, Arc<Partition>, ProducePolicy), Refusal>;
+
+/// A transactions v2 batch waiting for the coordinator to add its partition
+/// to the producer's transaction: where it goes and what it is.
+struct Joining {
+    at: (usize, usize),
+    _queued: JoinTicket,
+    producer: (i64, i16),
+    topic: Arc<Topic>,
+    index: i32,
+    partition: Arc<Partition>,
+    policy: ProducePolicy,
+    records: Bytes,
+}
+
+/// Per producer and partition, how many of its transactions v2 batches wait
+/// for the partition to join its transaction. While one waits, the
+/// producer's next batches for that partition wait behind it, even once the
+/// partition has a transaction open: the first appended opens it while the
+/// batches after it still wait, and those arriving meanwhile must not pass
+/// them.
+#[derive(Default)]
+pub(crate) struct Joins(Mutex<HashMap<(i64, uuid::Uuid, i32), usize>>);
+
+impl Joins {
+    fn waiting(&self, key: &(i64, uuid::Uuid, i32)) -> bool {
+        self.0.lock().contains_key(key)
+    }
+
+    fn enter(self: &Arc<Self>, key: (i64, uuid::Uuid, i32)) -> JoinTicket {
+        *self.0.lock().entry(key).or_default() += 1;
+        JoinTicket {
+            joins: self.clone(),
+            key,
+        }
+    }
+}
+
+/// A batch's place in `Joins`, given up when it is appended or dropped.
+struct JoinTicket {
+    joins: Arc<Joins>,
+    key: (i64, uuid::Uuid, i32),
+}
+
+impl Drop for JoinTicket {
+    fn drop(&mut self) {
+        let mut waiting = self.joins.0.lock();
+        if let Some(n) = waiting.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                waiting.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// The first Produce version of a producer on transactions v2 (KIP-890):
+/// its first batch in a partition adds the partition to its transaction.
+const FIRST_TXN_V2_VERSION: i16 = 12;
+
 /// Appends now; the returned future resolves once the acknowledgement may be
 /// sent (`None` for acks=0, which gets no response at all).
+///
+/// Under transactions v2 a producer does not add partitions to its
+/// transaction; its first batch there does. Such a batch is appended only
+/// once the coordinator has added the partition (which also fences a batch
+/// from a transaction that already ended: its epoch is stale), so it waits
+/// inside the reply. Replies go out in order and are awaited one after
+/// another, so the producer's next batches for that partition, which find
+/// no transaction open there either, wait behind it and keep their order.
 pub(super) fn produce(
     broker: &Arc<Broker>,
     req: ProduceRequest,
@@ -181,89 +253,67 @@ pub(super) fn produce(
     let acks = req.acks;
     let timeout = durable_timeout(broker, req.timeout_ms);
     let wait_for_disk = acks == -1 && acks_all_waits(broker);
-    let mut durable_waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
+    let txn_v2 = req
+        .transactional_id
+        .as_ref()
+        .filter(|_| version >= FIRST_TXN_V2_VERSION && !broker.settings.null_sink)
+        .map(|id| id.to_string());
+    let mut appended: Vec<((usize, usize), Appended)> = Vec::new();
+    let mut joining: Vec<Joining> = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for (ti, topic_data) in req.topic_data.into_iter().enumerate() {
         let topic = broker.catalog.topic(topic_data.name.0.as_str());
-        let policy = topic.as_ref().map(|t| t.produce_policy());
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (pi, pd) in topic_data.partition_data.into_iter().enumerate() {
-            let mut resp = PartitionProduceResponse::default()
-                .with_index(pd.index)
-                .with_base_offset(-1);
-            let target = topic.as_ref().zip(policy).map(|(t, policy)| {
+            partitions.push(
+                PartitionProduceResponse::default()
+                    .with_index(pd.index)
+                    .with_base_offset(-1),
+            );
+            let target = topic.as_ref().map(|t| {
                 broker
                     .served_partition(t, pd.index, -1)
-                    .map(|p| (t, p, policy))
+                    .map(|p| (t.clone(), p, t.produce_policy()))
             });
             let result = if ![-1, 0, 1].contains(&acks) {
                 Err(Refusal::code(ResponseError::InvalidRequiredAcks))
             } else if topic.as_ref().is_some_and(|t| t.is_internal()) {
                 // Only the broker writes its internal topics.
                 Err(Refusal::code(ResponseError::InvalidTopicException))
-            } else if let Some(Ok((topic, partition, policy))) = target {
-                let now = broker.clock.now_ms();
-                let config = topic.append_config();
-                let place = (topic.name(), pd.index);
-                let records = pd.records.unwrap_or_default();
-                prepare(now, &policy, config.max_message_bytes, place, records)
-                    .and_then(|batch| {
-                        let out = append_one(broker, &partition, &config, &batch)?;
-                        if !out.duplicate {
-                            let records = out.last_offset - out.base_offset + 1;
-                            topic
-                                .traffic()
-                                .produced(batch.len() as u64, records.max(0) as u64);
-                        }
-                        Ok(out)
-                    })
-                    .map(|out| (out, partition, policy))
-            } else if let Some(Err(code)) = target {
-                Err(Refusal {
-                    code,
-                    message: None,
-                    record_errors: Vec::new(),
-                })
             } else {
-                Err(Refusal::code(ResponseError::UnknownTopicOrPartition))
+                match target {
+                    Some(Ok((topic, partition, policy))) => {
+                        let records = pd.records.unwrap_or_default();
+                        let joins = txn_v2.as_ref().and_then(|_| {
+                            let (producer, open) = transactional(&partition, &records)?;
+                            let key = (producer.0, topic.id(), pd.index);
+                            (!open || broker.joins.waiting(&key))
+                                .then(|| (producer, broker.joins.enter(key)))
+                        });
+                        if let Some((producer, ticket)) = joins {
+                            joining.push(Joining {
+                                at: (ti, pi),
+                                _queued: ticket,
+                                producer,
+                                topic,
+                                index: pd.index,
+                                partition,
+                                policy,
+                                records,
+                            });
+                            continue;
+                        }
+                        append_partition(broker, &topic, partition, policy, pd.index, records)
+                    }
+                    Some(Err(code)) => Err(Refusal {
+                        code,
+                        message: None,
+                        record_errors: Vec::new(),
+                    }),
+                    None => Err(Refusal::code(ResponseError::UnknownTopicOrPartition)),
+                }
             };
-            match result {
-                Ok((out, partition, policy)) => {
-                    resp = resp
-                        .with_base_offset(out.base_offset)
-                        .with_log_append_time_ms(out.log_append_time)
-                        .with_log_start_offset(out.log_start_offset);
-                    let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
-                        && partition.flush_due(policy.flush_messages, policy.flush_ms);
-                    if wait_for_disk || (flush && !broker.settings.null_sink) {
-                        durable_waits.push((ti, pi, partition, out.last_offset + 1));
-                    } else {
-                        // Consumers see it once durable, whatever the acks.
-                        partition.sync_soon();
-                    }
-                }
-                Err(refusal) => {
-                    resp = resp.with_error_code(refusal.code);
-                    if version >= 8 {
-                        resp = resp
-                            .with_error_message(refusal.message.map(StrBytes::from_string))
-                            .with_record_errors(
-                                refusal
-                                    .record_errors
-                                    .into_iter()
-                                    .map(|(index, message)| {
-                                        BatchIndexAndErrorMessage::default()
-                                            .with_batch_index(index)
-                                            .with_batch_index_error_message(Some(
-                                                StrBytes::from_string(message),
-                                            ))
-                                    })
-                                    .collect(),
-                            );
-                    }
-                }
-            }
-            partitions.push(resp);
+            appended.push(((ti, pi), result));
         }
         responses.push(
             TopicProduceResponse::default()
@@ -272,29 +322,37 @@ pub(super) fn produce(
                 .with_partition_responses(partitions),
         );
     }
+    let waits = settle(broker, &mut responses, appended, version, wait_for_disk);
     // The fsyncs start now, not when the connection gets to this reply:
     // replies go out in order, so a wait inside the reply would begin only
     // once the request before it was answered, and the requests a producer
     // pipelines to different partitions (librdkafka sends one per partition)
     // would be made durable one after another instead of side by side.
-    let durable = (!durable_waits.is_empty()).then(|| {
-        let waits: Vec<(Arc<Partition>, i64)> = durable_waits
-            .iter()
-            .map(|(_, _, partition, end)| (partition.clone(), *end))
-            .collect();
+    let durable = (!waits.is_empty()).then(|| {
+        let ends: Vec<(Arc<Partition>, i64)> =
+            waits.iter().map(|(_, p, end)| (p.clone(), *end)).collect();
         tokio::spawn(async move {
-            wait_durable(waits.iter().map(|(p, end)| (p.as_ref(), *end)), timeout).await
+            wait_durable(ends.iter().map(|(p, end)| (p.as_ref(), *end)), timeout).await
         })
     });
+    let broker = broker.clone();
     async move {
-        let codes = match durable {
+        let mut codes = match durable {
             None => Vec::new(),
             Some(task) => task.await.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "waiting for durability failed");
-                vec![ResponseError::KafkaStorageError.code(); durable_waits.len()]
+                vec![ResponseError::KafkaStorageError.code(); waits.len()]
             }),
         };
-        for ((ti, pi, _, _), code) in durable_waits.iter().zip(codes) {
+        let mut waits = waits;
+        if let Some(id) = txn_v2.filter(|_| !joining.is_empty()) {
+            let joined = join_transaction(&broker, &id, joining).await;
+            let later = settle(&broker, &mut responses, joined, version, wait_for_disk);
+            let ends = later.iter().map(|(_, p, end)| (p.as_ref(), *end));
+            codes.extend(wait_durable(ends, timeout).await);
+            waits.extend(later);
+        }
+        for (((ti, pi), _, _), code) in waits.iter().zip(codes) {
             if code != 0 {
                 let r = &mut responses[*ti].partition_responses[*pi];
                 r.error_code = code;
@@ -303,6 +361,155 @@ pub(super) fn produce(
         }
         (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
     }
+}
+
+/// The producer id and epoch of a transactional batch, and whether its
+/// producer has a transaction open in `partition` at that epoch (else the
+/// coordinator must add the partition first).
+fn transactional(partition: &Partition, records: &[u8]) -> Option<((i64, i16), bool)> {
+    let h = BatchHeader::parse(records).ok().flatten()?;
+    (h.is_transactional() && h.has_producer_id()).then(|| {
+        let open = partition.in_transaction(h.producer_id, h.producer_epoch);
+        ((h.producer_id, h.producer_epoch), open)
+    })
+}
+
+/// Has the coordinator add each waiting batch's partition to its
+/// producer's transaction (one request per producer), then appends the
+/// batches whose partition it added.
+async fn join_transaction(
+    broker: &Arc<Broker>,
+    id: &str,
+    joining: Vec<Joining>,
+) -> Vec<((usize, usize), Appended)> {
+    let mut by_producer: BTreeMap<(i64, i16), Vec<Joining>> = BTreeMap::new();
+    for j in joining {
+        by_producer.entry(j.producer).or_default().push(j);
+    }
+    let mut out = Vec::new();
+    for (producer, batches) in by_producer {
+        // A batch queued behind another that has since opened the
+        // transaction here needs no word with the coordinator.
+        let partitions: Vec<(String, i32)> = batches
+            .iter()
+            .filter(|j| !j.partition.in_transaction(producer.0, producer.1))
+            .map(|j| (j.topic.name().to_string(), j.index))
+            .collect();
+        let added = if partitions.is_empty() {
+            Ok(())
+        } else {
+            transactions::add_implicitly(broker, id, producer, partitions).await
+        };
+        for j in batches {
+            let result = match added {
+                Ok(()) => {
+                    append_partition(broker, &j.topic, j.partition, j.policy, j.index, j.records)
+                }
+                Err(code) => Err(Refusal {
+                    code: not_joined(code),
+                    message: None,
+                    record_errors: Vec::new(),
+                }),
+            };
+            out.push((j.at, result));
+        }
+    }
+    out
+}
+
+/// What a producer is told when its partition could not join its
+/// transaction, as Kafka's brokers tell it: a fenced producer
+/// INVALID_PRODUCER_EPOCH (the transaction is aborted), a coordinator that
+/// is busy with the previous transaction or out of reach
+/// NOT_ENOUGH_REPLICAS (the batch is retried), anything else as the
+/// coordinator answered.
+fn not_joined(code: i16) -> i16 {
+    match ResponseError::try_from_code(code) {
+        Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch.code(),
+        Some(
+            ResponseError::ConcurrentTransactions
+            | ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress,
+        ) => ResponseError::NotEnoughReplicas.code(),
+        _ => code,
+    }
+}
+
+/// Checks and appends one partition's batch.
+fn append_partition(
+    broker: &Broker,
+    topic: &Topic,
+    partition: Arc<Partition>,
+    policy: ProducePolicy,
+    index: i32,
+    records: Bytes,
+) -> Appended {
+    let now = broker.clock.now_ms();
+    let config = topic.append_config();
+    let batch = prepare(
+        now,
+        &policy,
+        config.max_message_bytes,
+        (topic.name(), index),
+        records,
+    )?;
+    let out = append_one(broker, &partition, &config, &batch)?;
+    if !out.duplicate {
+        let records = out.last_offset - out.base_offset + 1;
+        topic
+            .traffic()
+            .produced(batch.len() as u64, records.max(0) as u64);
+    }
+    Ok((out, partition, policy))
+}
+
+/// Writes each partition's outcome into its response; returns the appends
+/// to wait for (position, partition, end offset).
+fn settle(
+    broker: &Broker,
+    responses: &mut [TopicProduceResponse],
+    appended: Vec<((usize, usize), Appended)>,
+    version: i16,
+    wait_for_disk: bool,
+) -> Vec<((usize, usize), Arc<Partition>, i64)> {
+    let mut waits = Vec::new();
+    for ((ti, pi), result) in appended {
+        let resp = &mut responses[ti].partition_responses[pi];
+        match result {
+            Ok((out, partition, policy)) => {
+                resp.base_offset = out.base_offset;
+                resp.log_append_time_ms = out.log_append_time;
+                resp.log_start_offset = out.log_start_offset;
+                let flush = (policy.flush_messages.is_some() || policy.flush_ms.is_some())
+                    && partition.flush_due(policy.flush_messages, policy.flush_ms);
+                if wait_for_disk || (flush && !broker.settings.null_sink) {
+                    waits.push(((ti, pi), partition, out.last_offset + 1));
+                } else {
+                    // Consumers see it once durable, whatever the acks.
+                    partition.sync_soon();
+                }
+            }
+            Err(refusal) => {
+                resp.error_code = refusal.code;
+                if version >= 8 {
+                    resp.error_message = refusal.message.map(StrBytes::from_string);
+                    resp.record_errors = refusal
+                        .record_errors
+                        .into_iter()
+                        .map(|(index, message)| {
+                            BatchIndexAndErrorMessage::default()
+                                .with_batch_index(index)
+                                .with_batch_index_error_message(Some(StrBytes::from_string(
+                                    message,
+                                )))
+                        })
+                        .collect();
+                }
+            }
+        }
+    }
+    waits
 }
 
 /// Whether an acks=all write waits for durability: an fsync under

@@ -54,7 +54,7 @@ pub(super) const ADD_OFFSETS_TO_TXN: Api = api!(
 );
 pub(super) const END_TXN: Api = api!(
     EndTxnRequest,
-    0..=4,
+    0..=5,
     later(|b, r, cx| end_txn(b.clone(), r, cx.version)),
     acl(
         Operation::Write,
@@ -64,7 +64,7 @@ pub(super) const END_TXN: Api = api!(
 );
 pub(super) const TXN_OFFSET_COMMIT: Api = api!(
     TxnOffsetCommitRequest,
-    0..=4,
+    0..=6,
     later(handle_txn_offset_commit)
 );
 pub(super) const DESCRIBE_TRANSACTIONS: Api = api!(
@@ -115,18 +115,63 @@ fn handle_add_offsets_to_txn(
     })
 }
 
+/// TxnOffsetCommit; from v6 topics are named by id (resolved to names
+/// first, as for OffsetCommit v10, and answered by id again).
 fn handle_txn_offset_commit(
     b: &Arc<Broker>,
-    r: TxnOffsetCommitRequest,
+    mut r: TxnOffsetCommitRequest,
     cx: &Ctx<'_>,
 ) -> impl Future<Output = TxnOffsetCommitResponse> + Send + 'static {
+    let by_id = cx.version >= 6;
+    let mut unknown = Vec::new();
+    let mut ids = BTreeMap::new();
+    if by_id {
+        for mut t in std::mem::take(&mut r.topics) {
+            match super::groups::topic_name_by_id(b, t.topic_id) {
+                Some(name) => {
+                    ids.insert(name.to_string(), t.topic_id);
+                    t.name = name;
+                    r.topics.push(t);
+                }
+                None => unknown.push(
+                    TxnOffsetCommitResponseTopic::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(partition_codes(
+                            &t.partitions,
+                            ResponseError::UnknownTopicId.code(),
+                        )),
+                ),
+            }
+        }
+    }
     let (r, denied) = authorize_txn_offset_commit(b, cx, r);
     let pending = txn_offset_commit(b.clone(), r, cx.version);
     async move {
         let mut resp = pending.await;
         resp.topics.extend(denied);
+        if by_id {
+            for t in &mut resp.topics {
+                t.topic_id = ids.get(t.name.as_str()).copied().unwrap_or_default();
+            }
+        }
+        resp.topics.extend(unknown);
         resp
     }
+}
+
+/// Every partition of a TxnOffsetCommit topic answered with `code`.
+fn partition_codes(
+    partitions: &[txn_offset_commit_request::TxnOffsetCommitRequestPartition],
+    code: i16,
+) -> Vec<TxnOffsetCommitResponsePartition> {
+    partitions
+        .iter()
+        .map(|p| {
+            TxnOffsetCommitResponsePartition::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code)
+        })
+        .collect()
 }
 
 fn handle_describe_transactions(
@@ -224,9 +269,6 @@ fn authorize_txn_offset_commit(
     TxnOffsetCommitRequest,
     Vec<txn_offset_commit_response::TxnOffsetCommitResponseTopic>,
 ) {
-    use txn_offset_commit_response::{
-        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-    };
     let whole = if !req.transactional_id.is_empty()
         && !b.may_write_transactional_id(cx, &req.transactional_id)
     {
@@ -245,17 +287,8 @@ fn authorize_txn_offset_commit(
         .into_iter()
         .map(|t| {
             TxnOffsetCommitResponseTopic::default()
+                .with_partitions(partition_codes(&t.partitions, code))
                 .with_name(t.name)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            TxnOffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                )
         })
         .collect();
     (req, denied)
@@ -406,9 +439,12 @@ async fn add_one(
                 codes.insert(tp.clone(), c.code());
             }
         } else {
+            // v4+ comes from brokers: the partitions a transactions v2
+            // producer wrote to first.
+            let txn_version = if version >= 4 { 2 } else { 0 };
             let c = broker
                 .txn
-                .add_partitions(id, producer_id, producer_epoch, &wanted)
+                .add_partitions(id, producer_id, producer_epoch, &wanted, txn_version)
                 .await
                 .err()
                 .map_or(0, |e| code(&e, version >= 2));
@@ -495,6 +531,7 @@ pub(super) async fn add_offsets_to_txn(
                 req.producer_id.0,
                 req.producer_epoch,
                 &[offsets_partition()],
+                0,
             )
             .await
             .map_err(|e| code(&e, version >= 2))
@@ -516,24 +553,33 @@ pub(super) async fn txn_offset_commit(
             .map(|t| {
                 TxnOffsetCommitResponseTopic::default()
                     .with_name(t.name.clone())
-                    .with_partitions(
-                        t.partitions
-                            .iter()
-                            .map(|p| {
-                                TxnOffsetCommitResponsePartition::default()
-                                    .with_partition_index(p.partition_index)
-                                    .with_error_code(c)
-                            })
-                            .collect(),
-                    )
+                    .with_partitions(partition_codes(&t.partitions, c))
             })
             .collect();
         TxnOffsetCommitResponse::default().with_topics(topics)
     };
-    // When this broker also coordinates the transaction, check that the
-    // offsets partition was added (AddOffsetsToTxn first), so that no
-    // pending offsets wait for a marker that will never come.
-    if broker.txn.is_coordinator() {
+    if version >= 5 {
+        // Transactions v2: the commit itself adds the group's offsets
+        // partition to the transaction (there is no AddOffsetsToTxn).
+        let producer = (req.producer_id.0, req.producer_epoch);
+        let added = add_implicitly(
+            &broker,
+            &req.transactional_id,
+            producer,
+            vec![offsets_partition()],
+        );
+        if let Err(c) = added.await {
+            return all(match ResponseError::try_from_code(c) {
+                Some(ResponseError::NotCoordinator | ResponseError::CoordinatorLoadInProgress) => {
+                    ResponseError::CoordinatorNotAvailable.code()
+                }
+                _ => c,
+            });
+        }
+    } else if broker.txn.is_coordinator() {
+        // When this broker also coordinates the transaction, check that the
+        // offsets partition was added (AddOffsetsToTxn first), so that no
+        // pending offsets wait for a marker that will never come.
         if let Err(e) = broker.txn.check_offsets_partition(
             &req.transactional_id,
             req.producer_id.0,
@@ -610,7 +656,9 @@ pub(super) async fn txn_offset_commit(
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
-/// EndTxn: answered once PrepareCommit/PrepareAbort is durable.
+/// EndTxn: answered once PrepareCommit/PrepareAbort is durable. v5 is
+/// transactions v2: the epoch is bumped, and the answer carries the
+/// producer id and epoch of the producer's next transaction.
 pub(super) async fn end_txn(
     broker: Arc<Broker>,
     req: EndTxnRequest,
@@ -623,9 +671,84 @@ pub(super) async fn end_txn(
             req.producer_id.0,
             req.producer_epoch,
             req.committed,
+            if version >= 5 { 2 } else { 0 },
         )
         .await;
-    EndTxnResponse::default().with_error_code(result.err().map_or(0, |e| code(&e, version >= 2)))
+    let (code, (pid, epoch)) = match result {
+        Ok(next) => (0, next),
+        Err(e) => (code(&e, version >= 2), (-1, -1)),
+    };
+    EndTxnResponse::default()
+        .with_error_code(code)
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+}
+
+/// Transactions v2: adds `partitions` to the producer's transaction for the
+/// Produce or TxnOffsetCommit that reached them first, at this broker's
+/// coordinator, or with AddPartitionsToTxn v5 at the broker that leads
+/// `__transaction_state`. An error is the coordinator's code (KIP-588's:
+/// PRODUCER_FENCED for a fenced producer); COORDINATOR_NOT_AVAILABLE when
+/// it could not be asked.
+pub(super) async fn add_implicitly(
+    broker: &Arc<Broker>,
+    id: &str,
+    (producer_id, producer_epoch): (i64, i16),
+    partitions: Vec<(String, i32)>,
+) -> Result<(), i16> {
+    if id.is_empty() {
+        return Err(ResponseError::InvalidRequest.code());
+    }
+    if broker.txn.is_coordinator() {
+        return broker
+            .txn
+            .add_partitions(id, producer_id, producer_epoch, &partitions, 2)
+            .await
+            .map_err(|e| code(&e, true));
+    }
+    let unavailable = ResponseError::CoordinatorNotAvailable.code();
+    let inter = &broker.inter_broker;
+    let Some((node, host, port)) = super::groups::txn_coordinator(broker, &inter.listener) else {
+        return Err(unavailable);
+    };
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for (topic, p) in partitions {
+        match topics.last_mut() {
+            Some(t) if t.name.as_str() == topic => t.partitions.push(p),
+            _ => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s(&topic)))
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    let req = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(s(id)))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(producer_epoch)
+            .with_verify_only(false)
+            .with_topics(topics),
+    ]);
+    match inter.add_partitions_to_txn(&host, port, req).await {
+        Err(e) => {
+            tracing::debug!(coordinator = node, error = %e, "adding partitions to a transaction failed");
+            Err(unavailable)
+        }
+        Ok(resp) if resp.error_code != 0 => Err(resp.error_code),
+        Ok(resp) => {
+            let codes = resp
+                .results_by_transaction
+                .iter()
+                .flat_map(|t| &t.topic_results)
+                .flat_map(|t| &t.results_by_partition)
+                .map(|p| p.partition_error_code);
+            match codes.into_iter().find(|c| *c != 0) {
+                Some(c) => Err(c),
+                None => Ok(()),
+            }
+        }
+    }
 }
 
 /// DescribeTransactions.
@@ -835,6 +958,7 @@ async fn write_markers(
     }
     for (leader, tps) in by_leader {
         let req = marker_request(job, &tps);
+        let version = if job.bumped { 2 } else { 1 };
         let resp = match leader {
             None => Ok(super::txn_markers::write_txn_markers(broker.clone(), req).await),
             Some(node) => {
@@ -843,7 +967,9 @@ async fn write_markers(
                     .into_iter()
                     .find(|(id, _, _)| *id == node);
                 match endpoint {
-                    Some((_, host, port)) => inter.write_txn_markers(&host, port, req).await,
+                    Some((_, host, port)) => {
+                        inter.write_txn_markers(&host, port, version, req).await
+                    }
                     None => continue,
                 }
             }
@@ -896,5 +1022,6 @@ fn marker_request(job: &MarkerJob, partitions: &[(String, i32)]) -> WriteTxnMark
         .with_producer_epoch(job.producer_epoch)
         .with_transaction_result(job.commit)
         .with_coordinator_epoch(job.coordinator_epoch)
+        .with_transaction_version(if job.bumped { 2 } else { 1 })
         .with_topics(topics)])
 }

@@ -10,7 +10,9 @@
 //! understands: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 //! INVALID_PRODUCER_EPOCH for a producer epoch older than the partition's,
 //! TRANSACTION_COORDINATOR_FENCED for a coordinator epoch older than the
-//! last marker's.
+//! last marker's. A transactions v2 marker (v2, `transaction_version` 2)
+//! carries the epoch the coordinator bumped to, one above the data's, and
+//! is refused at an epoch the partition already knows.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ use crate::log::Partition;
 
 pub(super) const WRITE_TXN_MARKERS: Api = api!(
     WriteTxnMarkersRequest,
-    1..=1,
+    1..=2,
     later(handle_write_txn_markers)
 );
 
@@ -133,7 +135,13 @@ pub(super) async fn write_txn_markers(
                 };
                 let appended = target.and_then(|(partition, cfg)| {
                     partition
-                        .append_marker(m.producer_id.0, m.producer_epoch, marker, &cfg)
+                        .append_marker(
+                            m.producer_id.0,
+                            m.producer_epoch,
+                            marker,
+                            m.transaction_version >= 2,
+                            &cfg,
+                        )
                         .map(|out| (partition, out.last_offset + 1))
                         .map_err(|e| {
                             tracing::debug!(producer_id = m.producer_id.0, error = %e, "marker refused");

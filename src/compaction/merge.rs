@@ -922,9 +922,9 @@ mod tests {
         )
         .unwrap();
         p.append(&txn(20, vec![rec("c", "c1")]), &cfg).unwrap();
-        p.append_marker(10, 0, end(false), &cfg).unwrap();
-        p.append_marker(20, 0, end(true), &cfg).unwrap();
-        p.append_marker(30, 0, end(false), &cfg).unwrap(); // no data: no entry
+        p.append_marker(10, 0, end(false), false, &cfg).unwrap();
+        p.append_marker(20, 0, end(true), false, &cfg).unwrap();
+        p.append_marker(30, 0, end(false), false, &cfg).unwrap(); // no data: no entry
         p.append(&plain(vec![rec("d", "d0")]), &cfg).unwrap();
         assert!(p
             .roll_if_due(&AppendConfig {

@@ -383,21 +383,27 @@ impl Partition {
 
     /// Appends the marker that ends producer `producer_id`'s transaction
     /// (WriteTxnMarkers). Markers bypass sequence checks, but a producer
-    /// epoch older than the partition knows, or a coordinator epoch older
-    /// than the last marker's, is refused.
+    /// epoch older than the partition knows (or, for a transactions v2
+    /// marker, `bumped`, not newer), or a coordinator epoch older than the
+    /// last marker's, is refused.
     pub fn append_marker(
         &self,
         producer_id: i64,
         producer_epoch: i16,
         marker: EndTxnMarker,
+        bumped: bool,
         cfg: &AppendConfig,
     ) -> Result<AppendOutcome, LogError> {
         self.check_writable()?;
         let raw = control::encode_marker(producer_id, producer_epoch, marker, self.clock.now_ms());
         let header = BatchHeader::parse(&raw)?.expect("a marker is a whole batch");
         let st = self.lock_led()?;
-        st.producers
-            .check_marker(producer_id, producer_epoch, marker.coordinator_epoch)?;
+        st.producers.check_marker(
+            producer_id,
+            producer_epoch,
+            marker.coordinator_epoch,
+            bumped,
+        )?;
         self.append_locked(st, &raw, header, Some(marker), cfg)
     }
 
@@ -902,6 +908,14 @@ impl Partition {
             .iter()
             .map(|e| (e.epoch, e.start_offset))
             .collect()
+    }
+
+    /// Whether the producer at `epoch` has a transaction open here.
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.state
+            .lock()
+            .producers
+            .in_transaction(producer_id, epoch)
     }
 
     pub fn max_producer_id(&self) -> Option<i64> {
@@ -1644,7 +1658,7 @@ mod tests {
             Err(LogError::Fenced)
         ));
         assert!(matches!(
-            p.append_marker(7, 0, marker, &cfg()),
+            p.append_marker(7, 0, marker, false, &cfg()),
             Err(LogError::Fenced)
         ));
         assert_eq!(p.end_offset(), 2, "the end a handover reads is final");
@@ -2113,7 +2127,7 @@ mod tests {
         let all = p.fetch(0, 1 << 20, true).await.unwrap();
         assert_eq!((bases(&all), all.last_stable_offset), (vec![0, 2, 4], 0));
 
-        p.append_marker(1, 0, end(false), &cfg).unwrap(); // 6
+        p.append_marker(1, 0, end(false), false, &cfg).unwrap(); // 6
         assert_eq!(p.last_stable_offset(), 4);
         let committed = p.fetch_committed(0, 1 << 20, true).await.unwrap();
         assert_eq!(bases(&committed), [0, 2]);
@@ -2131,7 +2145,7 @@ mod tests {
             [aborted]
         );
 
-        p.append_marker(2, 0, end(true), &cfg).unwrap(); // 7
+        p.append_marker(2, 0, end(true), false, &cfg).unwrap(); // 7
         assert_eq!(p.last_stable_offset(), 8);
         let committed = p.fetch_committed(0, 1 << 20, true).await.unwrap();
         assert_eq!(bases(&committed), [0, 2, 4, 6, 7]);
@@ -2157,7 +2171,7 @@ mod tests {
         assert_eq!(p.sealed_segments()[0].aborted, [aborted]);
         assert_eq!(p.aborted_txns(0, 9), [aborted]);
         assert_eq!(p.last_stable_offset(), 8);
-        p.append_marker(1, 0, end(false), &cfg).unwrap(); // 9
+        p.append_marker(1, 0, end(false), false, &cfg).unwrap(); // 9
         assert_eq!(p.last_stable_offset(), 10);
         assert_eq!(p.aborted_txns(5, 10).len(), 2);
     }
@@ -2170,7 +2184,7 @@ mod tests {
         roll_now(&old);
         let tiered = old.sealed_segments().pop().unwrap();
         old.append(&make_batch(1, -1, -1, -1, 1), &cfg()).unwrap(); // 2
-        old.append_marker(7, 0, end(false), &cfg()).unwrap(); // 3
+        old.append_marker(7, 0, end(false), false, &cfg()).unwrap(); // 3
         let snapshot =
             std::fs::read(dir.path().join(file_name(tiered.base_offset, SNAPSHOT_EXT))).unwrap();
         let point = RestorePoint {

@@ -192,16 +192,23 @@ impl ProducerStates {
     /// epoch must not be older than the one the partition knows (Kafka
     /// answers INVALID_PRODUCER_EPOCH), nor the coordinator's epoch older
     /// than that of the last marker (TRANSACTION_COORDINATOR_FENCED).
+    ///
+    /// Under transactions v2 (`bumped`) the coordinator writes every marker
+    /// one epoch above the transaction's data, so a marker at the epoch the
+    /// partition already knows is late: a resend of one written already,
+    /// arriving after the producer's next transaction began here at that
+    /// epoch. Appending it would end that transaction early; it is refused.
     pub fn check_marker(
         &self,
         producer_id: i64,
         epoch: i16,
         coordinator_epoch: i32,
+        bumped: bool,
     ) -> Result<(), LogError> {
         let Some(entry) = self.producers.get(&producer_id) else {
             return Ok(());
         };
-        if epoch < entry.epoch {
+        if epoch < entry.epoch || (bumped && epoch == entry.epoch) {
             return Err(LogError::InvalidProducerEpoch {
                 producer_id,
                 epoch,
@@ -236,6 +243,14 @@ impl ProducerStates {
             last_offset: h.base_offset,
             commit: marker.commit,
         })
+    }
+
+    /// Whether producer `producer_id` at `epoch` has a transaction open
+    /// here: its further batches need no word with the coordinator.
+    pub fn in_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.epoch == epoch && e.txn_first_offset.is_some())
     }
 
     /// The first offset of the oldest open transaction: nothing at or past
@@ -550,18 +565,21 @@ mod tests {
     #[test]
     fn markers_from_older_producer_or_coordinator_epochs_are_refused() {
         let mut s = ProducerStates::default();
-        assert!(s.check_marker(5, 0, 0).is_ok(), "unknown producers pass");
+        assert!(
+            s.check_marker(5, 0, 0, false).is_ok(),
+            "unknown producers pass"
+        );
         s.record(&txn(5, 2, 0, 1, 0));
         s.record_marker(&marker_at(5, 2, 1), end(true, 3));
         assert!(matches!(
-            s.check_marker(5, 1, 3),
+            s.check_marker(5, 1, 3, false),
             Err(LogError::InvalidProducerEpoch { current: 2, .. })
         ));
         assert!(matches!(
-            s.check_marker(5, 2, 2),
+            s.check_marker(5, 2, 2, false),
             Err(LogError::CoordinatorFenced { current: 3, .. })
         ));
-        assert!(s.check_marker(5, 3, 3).is_ok());
+        assert!(s.check_marker(5, 3, 3, false).is_ok());
         // A marker at a newer producer epoch (the coordinator's bump on
         // abort) resets the sequence: the next epoch starts anywhere.
         s.record_marker(&marker_at(5, 3, 2), end(false, 3));
@@ -569,6 +587,37 @@ mod tests {
             s.check(&txn(5, 3, 0, 1, -1)).unwrap(),
             SequenceCheck::Append
         );
+    }
+
+    #[test]
+    fn under_transactions_v2_a_marker_at_the_epoch_of_the_next_transaction_is_refused() {
+        let mut s = ProducerStates::default();
+        s.record(&txn(5, 2, 0, 1, 0));
+        assert!(s.in_transaction(5, 2));
+        assert!(!s.in_transaction(5, 3));
+        assert!(s.check_marker(5, 3, 0, true).is_ok(), "one above the data");
+        s.record_marker(&marker_at(5, 3, 1), end(true, 0));
+        assert!(!s.in_transaction(5, 3));
+        // The producer's next transaction begins at the bumped epoch...
+        assert_eq!(
+            s.check(&txn(5, 3, 0, 1, -1)).unwrap(),
+            SequenceCheck::Append
+        );
+        s.record(&txn(5, 3, 0, 1, 2));
+        // ...and a late copy of the marker must not end it; a late batch of
+        // the previous transaction is fenced.
+        assert!(matches!(
+            s.check_marker(5, 3, 0, true),
+            Err(LogError::InvalidProducerEpoch { current: 3, .. })
+        ));
+        assert!(
+            s.check_marker(5, 3, 0, false).is_ok(),
+            "v1 markers keep the epoch"
+        );
+        assert!(matches!(
+            s.check(&txn(5, 2, 1, 1, -1)),
+            Err(LogError::InvalidProducerEpoch { current: 3, .. })
+        ));
     }
 
     #[test]
@@ -584,7 +633,7 @@ mod tests {
         assert_eq!(back.first_unstable_offset(), Some(10));
         assert_eq!(back.describe(), s.describe());
         assert!(matches!(
-            back.check_marker(2, 1, 5),
+            back.check_marker(2, 1, 5, false),
             Err(LogError::CoordinatorFenced { .. })
         ));
         let mut back = back;

@@ -376,13 +376,28 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
         .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
         .await;
     assert_eq!(advertised(&versions, ApiKey::UpdateFeatures), (0, 2));
-    assert_eq!(finalized(&versions), (0, vec![("group.version".into(), 1)]));
+    assert_eq!(
+        finalized(&versions),
+        (
+            0,
+            vec![
+                ("group.version".into(), 1),
+                ("transaction.version".into(), 2)
+            ]
+        )
+    );
     let supported: Vec<_> = versions
         .supported_features
         .iter()
         .map(|f| (f.name.to_string(), f.min_version, f.max_version))
         .collect();
-    assert_eq!(supported, vec![("group.version".to_string(), 0, 1)]);
+    assert_eq!(
+        supported,
+        vec![
+            ("group.version".to_string(), 0, 1),
+            ("transaction.version".to_string(), 0, 2)
+        ]
+    );
 
     // A downgrade sent as an upgrade, and a level nobody supports: refused
     // at the top level, with nothing changed.
@@ -426,7 +441,10 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
     let versions: ApiVersionsResponse = raw
         .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
         .await;
-    assert_eq!(finalized(&versions), (1, vec![]));
+    assert_eq!(
+        finalized(&versions),
+        (1, vec![("transaction.version".into(), 2)])
+    );
     let heartbeat = ConsumerGroupHeartbeatRequest::default()
         .with_group_id(s("off").into())
         .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
@@ -480,7 +498,7 @@ async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others(
         let versions: ApiVersionsResponse = two
             .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
             .await;
-        if finalized(&versions) == (1, vec![]) {
+        if finalized(&versions) == (1, vec![("transaction.version".into(), 2)]) {
             break;
         }
         assert!(

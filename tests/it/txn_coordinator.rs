@@ -307,17 +307,34 @@ async fn produce(
     seq: i32,
     value: &str,
 ) {
-    produce_to(raw, id, (topic, 0), producer, seq, value).await
+    assert_eq!(
+        produce_at(raw, id, (topic, 0), producer, seq, value, 9).await,
+        0
+    );
 }
 
-async fn produce_to(
+/// Produces one transactional record with Produce `version`; the error code.
+async fn produce_at(
     raw: &mut Raw,
+    id: &str,
+    place: (&str, i32),
+    producer: (i64, i16),
+    seq: i32,
+    value: &str,
+    version: i16,
+) -> i16 {
+    let req = txn_produce_request(id, place, producer, seq, value);
+    let resp: ProduceResponse = raw.call(ApiKey::Produce, version, &req).await;
+    resp.responses[0].partition_responses[0].error_code
+}
+
+fn txn_produce_request(
     id: &str,
     (topic, partition): (&str, i32),
     producer: (i64, i16),
     seq: i32,
     value: &str,
-) {
+) -> ProduceRequest {
     let records = strata::format::batch::encode_transactional_batch(
         vec![(
             None,
@@ -328,10 +345,25 @@ async fn produce_to(
         Compression::None,
     )
     .unwrap();
-    let req = common::produce_request(topic, partition, records, -1)
-        .with_transactional_id(Some(TransactionalId(str_bytes(id))));
-    let resp: ProduceResponse = raw.call(ApiKey::Produce, 9, &req).await;
-    assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    common::produce_request(topic, partition, records, -1)
+        .with_transactional_id(Some(TransactionalId(str_bytes(id))))
+}
+
+/// EndTxn v5 (transactions v2): the error code and the producer id and
+/// epoch for the next transaction.
+async fn end_v2(raw: &mut Raw, id: &str, producer: (i64, i16), commit: bool) -> (i16, (i64, i16)) {
+    let resp: EndTxnResponse = raw
+        .call(
+            ApiKey::EndTxn,
+            5,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(str_bytes(id)))
+                .with_producer_id(ProducerId(producer.0))
+                .with_producer_epoch(producer.1)
+                .with_committed(commit),
+        )
+        .await;
+    (resp.error_code, (resp.producer_id.0, resp.producer_epoch))
 }
 
 /// (is control, producer id, control type or value) of every record of partition 0.
@@ -363,6 +395,161 @@ async fn records_of(raw: &mut Raw, topic: &str, partition: i32) -> Vec<(bool, i6
         }
     }
     out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_transactions_v2_producing_adds_partitions_and_every_end_bumps_the_epoch() {
+    let b = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(b.addr()).await;
+    create_topic(&b.bootstrap(), "v2", 1).await;
+    create_topic(&b.bootstrap(), "v2-other", 1).await;
+    let i = init(&mut raw, "tv2", 60_000, 5).await;
+    let p0 = (i.producer_id.0, i.producer_epoch);
+    let fenced = ResponseError::InvalidProducerEpoch.code();
+
+    // No AddPartitionsToTxn: Produce v12 adds the partition.
+    assert_eq!(
+        produce_at(&mut raw, "tv2", ("v2", 0), p0, 0, "a", 12).await,
+        0
+    );
+    let d = describe(&mut raw, "tv2").await;
+    assert_eq!(d.transaction_state.as_str(), "Ongoing");
+    assert_eq!(d.topics[0].topic.as_str(), "v2");
+    // TxnOffsetCommit v5 adds the group's offsets partition itself.
+    let commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes("tv2")))
+        .with_group_id(str_bytes("g").into())
+        .with_producer_id(ProducerId(p0.0))
+        .with_producer_epoch(p0.1)
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(topic_name("v2"))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(7),
+                ]),
+        ]);
+    let r: TxnOffsetCommitResponse = raw.call(ApiKey::TxnOffsetCommit, 5, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let d = describe(&mut raw, "tv2").await;
+    let topics: Vec<&str> = d.topics.iter().map(|t| t.topic.as_str()).collect();
+    assert_eq!(topics, ["__consumer_offsets", "v2"]);
+
+    let (code, p1) = end_v2(&mut raw, "tv2", p0, true).await;
+    assert_eq!((code, p1), (0, (p0.0, p0.1 + 1)), "the epoch is bumped");
+    eventually("the commit to complete", || async {
+        (state_of(b.addr(), "tv2").await == "CompleteCommit").then_some(())
+    })
+    .await;
+    // A retried EndTxn carries the old epoch and gets the same answer.
+    assert_eq!(end_v2(&mut raw, "tv2", p0, true).await, (0, p1));
+    assert_eq!(
+        end_v2(&mut raw, "tv2", p0, false).await.0,
+        ResponseError::InvalidTxnState.code()
+    );
+
+    // A batch of the committed transaction arriving late is fenced, in a
+    // partition the transaction wrote to (by the marker's epoch) and in one
+    // it never reached (by the coordinator).
+    assert_eq!(
+        produce_at(&mut raw, "tv2", ("v2", 0), p0, 1, "late", 12).await,
+        fenced
+    );
+    assert_eq!(
+        produce_at(&mut raw, "tv2", ("v2-other", 0), p0, 0, "late", 12).await,
+        fenced
+    );
+
+    // The next transaction starts at the new epoch, from sequence 0.
+    assert_eq!(
+        produce_at(&mut raw, "tv2", ("v2", 0), p1, 0, "b", 12).await,
+        0
+    );
+    let (code, p2) = end_v2(&mut raw, "tv2", p1, false).await;
+    assert_eq!((code, p2), (0, (p0.0, p0.1 + 2)));
+    eventually("the abort to complete", || async {
+        (state_of(b.addr(), "tv2").await == "CompleteAbort").then_some(())
+    })
+    .await;
+    let pid = p0.0;
+    assert_eq!(
+        records(&mut raw, "v2").await,
+        vec![
+            (false, pid, "a".to_string()),
+            (true, pid, "COMMIT".to_string()),
+            (false, pid, "b".to_string()),
+            (true, pid, "ABORT".to_string()),
+        ]
+    );
+    assert!(records(&mut raw, "v2-other").await.is_empty());
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(str_bytes("g").into())
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(topic_name("v2"))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let r: OffsetFetchResponse = raw.call(ApiKey::OffsetFetch, 7, &fetch).await;
+    assert_eq!(r.topics[0].partitions[0].committed_offset, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_transactions_v2_pipelined_batches_keep_their_order_while_their_partition_joins() {
+    // A broker whose acks=all writes wait ~20 ms for the store: each batch
+    // appended after the join waits that long for its answer, and batches
+    // sent meanwhile find the partition's transaction open while earlier
+    // ones are still queued.
+    let settings = common::cluster::Settings {
+        extra: vec!["--store-latency-ms".into(), "20,40".into()],
+        ..Default::default()
+    };
+    let Some(cluster) = common::cluster::Cluster::start_with(&[1], settings).await else {
+        return;
+    };
+    let addr: std::net::SocketAddr = cluster.bootstrap_of(1).parse().unwrap();
+    let mut raw = Raw::connect(addr).await;
+    create_topic(&cluster.bootstrap(), "v2-pipe", 1).await;
+    common::cluster::wait_for_leaders(&cluster.bootstrap(), "v2-pipe", 1, |l| l.len() == 1).await;
+    let bootstrap = cluster.bootstrap();
+    eventually("a transaction coordinator", || coordinator_port(&bootstrap)).await;
+    eventually("the partition to take writes", || async move {
+        let mut warm = Raw::connect(addr).await;
+        let batch = common::batch(&[b"warm"], -1, -1, -1);
+        (warm.produce_result("v2-pipe", 0, batch).await.0 == 0).then_some(())
+    })
+    .await;
+    let i = init(&mut raw, "pipe", 60_000, 5).await;
+    let mut producer = (i.producer_id.0, i.producer_epoch);
+    let mut want = vec![(false, -1, "warm".to_string())];
+    for txn in 0..5 {
+        // As a producer with requests in flight sends them: without waiting
+        // for answers, a little apart. The first one joins the partition
+        // to the transaction; the others must be appended after it, in
+        // order, also those arriving once it is appended.
+        for seq in 0..20 {
+            let value = format!("{txn}-{seq}");
+            let req = txn_produce_request("pipe", ("v2-pipe", 0), producer, seq, &value);
+            raw.send(ApiKey::Produce, 12, &req).await;
+            want.push((false, producer.0, value));
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        for seq in 0..20 {
+            let r: ProduceResponse = raw.receive(ApiKey::Produce, 12).await.unwrap();
+            let code = r.responses[0].partition_responses[0].error_code;
+            assert_eq!(code, 0, "transaction {txn} batch {seq}");
+        }
+        let (code, next) = end_v2(&mut raw, "pipe", producer, true).await;
+        assert_eq!(code, 0);
+        producer = next;
+        want.push((true, producer.0, "COMMIT".to_string()));
+    }
+    eventually("the last commit to complete", || async {
+        (state_of(addr, "pipe").await == "CompleteCommit").then_some(())
+    })
+    .await;
+    assert_eq!(records(&mut raw, "v2-pipe").await, want);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -619,31 +806,45 @@ async fn in_a_cluster_markers_reach_every_leader_and_a_new_coordinator_finishes_
         cluster.bootstrap_of(node).parse().unwrap()
     };
     // Two transactions over all three partitions, whatever their leaders:
-    // the first completes normally, the second is prepared and then its
-    // coordinator is killed before any marker is written.
+    // the first on transactions v2 (each leader has the coordinator add its
+    // partition, the markers bump the epoch) completes normally; the second,
+    // on v1, is prepared and then its coordinator is killed before any
+    // marker is written.
     let mut raw = Raw::connect(addr_of(&cluster, coordinator)).await;
     let r = init(&mut raw, "spread", 60_000, 4).await;
     assert_eq!(r.error_code, 0);
-    let producer = (r.producer_id.0, r.producer_epoch);
+    let mut producer = (r.producer_id.0, r.producer_epoch);
     for (round, commit) in [(0, true), (1, false)] {
-        assert_eq!(
-            add_partitions(&mut raw, "spread", producer, "spread", vec![0, 1, 2], 3).await,
-            0
-        );
+        let v2 = round == 0;
+        if !v2 {
+            assert_eq!(
+                add_partitions(&mut raw, "spread", producer, "spread", vec![0, 1, 2], 3).await,
+                0
+            );
+        }
         for (partition, leader) in &leaders {
             let mut to_leader = Raw::connect(addr_of(&cluster, *leader)).await;
             let value = format!("round {round} partition {partition}");
-            produce_to(
+            let version = if v2 { 12 } else { 9 };
+            let code = produce_at(
                 &mut to_leader,
                 "spread",
                 ("spread", *partition),
                 producer,
-                round,
+                0,
                 &value,
+                version,
             )
             .await;
+            assert_eq!(code, 0, "round {round} partition {partition} at {leader}");
         }
-        assert_eq!(end(&mut raw, "spread", producer, commit, 3).await, 0);
+        if v2 {
+            let (code, next) = end_v2(&mut raw, "spread", producer, commit).await;
+            assert_eq!((code, next), (0, (producer.0, producer.1 + 1)));
+            producer = next;
+        } else {
+            assert_eq!(end(&mut raw, "spread", producer, commit, 3).await, 0);
+        }
         if round == 0 {
             let addr = addr_of(&cluster, coordinator);
             eventually("the first transaction to complete", || async move {

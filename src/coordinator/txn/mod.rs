@@ -82,6 +82,9 @@ pub(crate) struct MarkerJob {
     pub commit: bool,
     pub coordinator_epoch: i32,
     pub partitions: Vec<(String, i32)>,
+    /// Transactions v2: the markers carry an epoch above the data's, and a
+    /// partition refuses one at the epoch it knows (WriteTxnMarkers v2).
+    pub bumped: bool,
 }
 
 /// One transaction as DescribeTransactions and ListTransactions show it.
@@ -333,15 +336,18 @@ impl TxnCoordinator {
         }
     }
 
-    /// AddPartitionsToTxn / AddOffsetsToTxn: adds partitions to the open
-    /// transaction (starting it), durably. While the previous transaction is
-    /// still being completed this waits for it, up to `CONCURRENT_WAIT`.
+    /// AddPartitionsToTxn / AddOffsetsToTxn, or under transactions v2
+    /// (`version` 2) a Produce or TxnOffsetCommit: adds partitions to the
+    /// open transaction (starting it), durably. While the previous
+    /// transaction is still being completed this waits for it, up to
+    /// `CONCURRENT_WAIT`.
     pub(crate) async fn add_partitions(
         &self,
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        version: i16,
     ) -> Result<(), TxnError> {
         let deadline = tokio::time::Instant::now() + CONCURRENT_WAIT;
         loop {
@@ -350,7 +356,7 @@ impl TxnCoordinator {
             tokio::pin!(settled);
             settled.as_mut().enable();
             match self
-                .try_add_partitions(id, producer_id, producer_epoch, partitions)
+                .try_add_partitions(id, producer_id, producer_epoch, partitions, version)
                 .await
             {
                 Err(TxnError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
@@ -367,6 +373,7 @@ impl TxnCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partitions: &[(String, i32)],
+        version: i16,
     ) -> Result<(), TxnError> {
         let next = {
             let txns = self.txns.lock();
@@ -376,6 +383,7 @@ impl TxnCoordinator {
                 producer_id,
                 producer_epoch,
                 partitions,
+                version,
                 self.clock.now_ms(),
             )?
         };
@@ -412,33 +420,45 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: answered once Prepare* is durable; the markers follow.
+    /// `version` 2 (EndTxn v5) bumps the epoch; the answer is the producer
+    /// id and epoch for the producer's next transaction.
     pub(crate) async fn end_txn(
         &self,
         id: &str,
         producer_id: i64,
         producer_epoch: i16,
         commit: bool,
-    ) -> Result<(), TxnError> {
-        let (step, epoch) = {
-            let txns = self.txns.lock();
-            let epoch = self.coordinator_epoch()?;
-            let step = state::end(
-                txns.get(id),
-                producer_id,
-                producer_epoch,
-                commit,
-                self.clock.now_ms(),
-            )?;
-            (step, epoch)
-        };
-        match step {
-            EndStep::AlreadyDone => Ok(()),
-            EndStep::Write(next) => {
-                let j = job(id, &next, epoch);
-                let pending = next.state;
-                self.persist(id, next, pending).await?;
-                let _ = self.jobs.send(j);
-                Ok(())
+        version: i16,
+    ) -> Result<(i64, i16), TxnError> {
+        let mut fresh = None;
+        loop {
+            let (step, epoch) = {
+                let txns = self.txns.lock();
+                let epoch = self.coordinator_epoch()?;
+                let step = state::end(
+                    txns.get(id),
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    version,
+                    fresh,
+                    self.clock.now_ms(),
+                )?;
+                (step, epoch)
+            };
+            match step {
+                EndStep::NeedProducerId => {
+                    fresh = Some((self.ids)().await.map_err(TxnError::NoProducerId)?);
+                }
+                EndStep::AlreadyDone(pid, e) => return Ok((pid, e)),
+                EndStep::Write(next) => {
+                    let j = job(id, &next, epoch);
+                    let pending = next.state;
+                    let answer = state::next_producer(&next);
+                    self.persist(id, next, pending).await?;
+                    let _ = self.jobs.send(j);
+                    return Ok(answer);
+                }
             }
         }
     }
@@ -593,6 +613,7 @@ fn job(id: &str, m: &TxnMetadata, coordinator_epoch: i32) -> MarkerJob {
         commit: m.state == TxnState::PrepareCommit,
         coordinator_epoch,
         partitions: m.partitions.iter().cloned().collect(),
+        bumped: m.transaction_version >= 2,
     }
 }
 
@@ -646,11 +667,11 @@ mod tests {
         let (c, mut jobs) = open(dir.path(), clock.clone()).await;
         let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
         assert_eq!((pid, epoch), (1000, 0));
-        c.add_partitions("tx", pid, epoch, &[tp("a", 0), tp("b", 1)])
+        c.add_partitions("tx", pid, epoch, &[tp("a", 0), tp("b", 1)], 0)
             .await
             .unwrap();
         assert_eq!(c.describe("tx").unwrap().state, TxnState::Ongoing);
-        c.end_txn("tx", pid, epoch, true).await.unwrap();
+        c.end_txn("tx", pid, epoch, true, 0).await.unwrap();
         let job = jobs.try_recv().unwrap();
         assert_eq!(
             job,
@@ -661,6 +682,7 @@ mod tests {
                 commit: true,
                 coordinator_epoch: 0,
                 partitions: vec![tp("a", 0), tp("b", 1)],
+                bumped: false,
             }
         );
         assert!(c.wants_markers(&job));
@@ -671,7 +693,7 @@ mod tests {
         assert_eq!(d.state, TxnState::CompleteCommit);
         assert!(d.partitions.is_empty());
         // A retried EndTxn is answered without another round of markers.
-        c.end_txn("tx", pid, epoch, true).await.unwrap();
+        c.end_txn("tx", pid, epoch, true, 0).await.unwrap();
         assert!(jobs.try_recv().is_err());
         drop(c);
         let (c, mut jobs) = open(dir.path(), clock).await;
@@ -694,10 +716,10 @@ mod tests {
         let clock = ManualClock::new(1_700_000_000_000);
         let (c, mut jobs) = open(dir.path(), clock.clone()).await;
         let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
-        c.add_partitions("tx", pid, epoch, &[tp("a", 0)])
+        c.add_partitions("tx", pid, epoch, &[tp("a", 0)], 0)
             .await
             .unwrap();
-        c.end_txn("tx", pid, epoch, false).await.unwrap();
+        c.end_txn("tx", pid, epoch, false, 0).await.unwrap();
         let sent = jobs.try_recv().unwrap();
         // The broker dies before any marker is written.
         drop((c, jobs));
@@ -713,6 +735,51 @@ mod tests {
         );
         c.complete_markers(&resent).unwrap();
         assert_eq!(c.describe("tx").unwrap().state, TxnState::CompleteAbort);
+    }
+
+    #[tokio::test]
+    async fn under_transactions_v2_each_end_bumps_the_epoch_and_a_restart_keeps_the_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_700_000_000_000);
+        let (c, mut jobs) = open(dir.path(), clock.clone()).await;
+        let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
+        c.add_partitions("tx", pid, epoch, &[tp("a", 0)], 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            c.end_txn("tx", pid, epoch, true, 2).await,
+            Ok((pid, epoch + 1))
+        );
+        let job = jobs.try_recv().unwrap();
+        assert!(job.bumped);
+        assert_eq!(
+            job.producer_epoch,
+            epoch + 1,
+            "the markers carry the new epoch"
+        );
+        // The broker dies before the markers; the retried EndTxn, with the
+        // epoch before the bump, waits for them and then gets its answer.
+        drop((c, jobs));
+        let (c, mut jobs) = open(dir.path(), clock).await;
+        let resent = jobs.try_recv().unwrap();
+        assert_eq!(resent, job);
+        assert_eq!(
+            c.end_txn("tx", pid, epoch, true, 2).await,
+            Err(TxnError::ConcurrentTransactions)
+        );
+        c.complete_markers(&resent).unwrap();
+        assert_eq!(
+            c.end_txn("tx", pid, epoch, true, 2).await,
+            Ok((pid, epoch + 1))
+        );
+        assert_eq!(
+            c.add_partitions("tx", pid, epoch, &[tp("a", 0)], 2).await,
+            Err(TxnError::ProducerFenced),
+            "a late batch of the ended transaction is fenced"
+        );
+        c.add_partitions("tx", pid, epoch + 1, &[tp("a", 0)], 2)
+            .await
+            .unwrap();
     }
 
     /// The active segment file of `__transaction_state` under `dir`.
@@ -741,10 +808,10 @@ mod tests {
         let clock = ManualClock::new(1_700_000_000_000);
         let (c, mut jobs) = open(dir.path(), clock.clone()).await;
         let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
-        c.add_partitions("tx", pid, epoch, &[tp("a", 0)])
+        c.add_partitions("tx", pid, epoch, &[tp("a", 0)], 0)
             .await
             .unwrap();
-        c.end_txn("tx", pid, epoch, true).await.unwrap();
+        c.end_txn("tx", pid, epoch, true, 0).await.unwrap();
         let job = jobs.try_recv().unwrap();
         let durable_len = std::fs::metadata(txn_log_file(dir.path())).unwrap().len();
         c.complete_markers(&job).unwrap();
@@ -764,7 +831,7 @@ mod tests {
         let resent = jobs.try_recv().unwrap();
         assert_eq!(resent, job, "the same commit markers are written again");
         c.complete_markers(&resent).unwrap();
-        c.add_partitions("tx", pid, epoch, &[tp("b", 0)])
+        c.add_partitions("tx", pid, epoch, &[tp("b", 0)], 0)
             .await
             .unwrap();
         assert_eq!(c.describe("tx").unwrap().state, TxnState::Ongoing);
@@ -776,7 +843,7 @@ mod tests {
         let clock = ManualClock::new(1_700_000_000_000);
         let (c, mut jobs) = open(dir.path(), clock.clone()).await;
         let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
-        c.add_partitions("tx", pid, epoch, &[tp("a", 0)])
+        c.add_partitions("tx", pid, epoch, &[tp("a", 0)], 0)
             .await
             .unwrap();
         assert_eq!(
@@ -792,7 +859,7 @@ mod tests {
         );
         // The old producer is fenced at once.
         assert_eq!(
-            c.end_txn("tx", pid, epoch, true).await,
+            c.end_txn("tx", pid, epoch, true, 0).await,
             Err(TxnError::ProducerFenced)
         );
         c.complete_markers(&abort).unwrap();
@@ -808,7 +875,7 @@ mod tests {
         let clock = ManualClock::new(1_700_000_000_000);
         let (c, mut jobs) = open(dir.path(), clock.clone()).await;
         let (pid, epoch) = c.init_producer_id("slow", 10_000, None).await.unwrap();
-        c.add_partitions("slow", pid, epoch, &[tp("a", 0)])
+        c.add_partitions("slow", pid, epoch, &[tp("a", 0)], 0)
             .await
             .unwrap();
         let (idle, _) = c.init_producer_id("idle", 10_000, None).await.unwrap();
@@ -823,7 +890,7 @@ mod tests {
         );
         c.complete_markers(&abort).unwrap();
         assert_eq!(
-            c.add_partitions("slow", pid, epoch, &[tp("a", 0)]).await,
+            c.add_partitions("slow", pid, epoch, &[tp("a", 0)], 0).await,
             Err(TxnError::ProducerFenced)
         );
         // An hour without a transaction: both ids are forgotten, durably.
@@ -847,16 +914,16 @@ mod tests {
             Err(TxnError::InvalidTransactionTimeout)
         );
         assert_eq!(
-            c.add_partitions("nobody", 1, 0, &[tp("a", 0)]).await,
+            c.add_partitions("nobody", 1, 0, &[tp("a", 0)], 0).await,
             Err(TxnError::InvalidProducerIdMapping)
         );
         let (pid, epoch) = c.init_producer_id("tx", 60_000, None).await.unwrap();
         assert_eq!(
-            c.end_txn("tx", pid, epoch, true).await,
+            c.end_txn("tx", pid, epoch, true, 0).await,
             Err(TxnError::InvalidTxnState)
         );
         assert_eq!(
-            c.end_txn("tx", pid + 1, epoch, true).await,
+            c.end_txn("tx", pid + 1, epoch, true, 0).await,
             Err(TxnError::InvalidProducerIdMapping)
         );
         assert_eq!(c.describe("nobody"), Err(TxnError::TransactionalIdNotFound));

@@ -4,9 +4,10 @@
 //! id's whole state.
 //!
 //! The key is version 0 and the id. The value is written as version 0 (the
-//! plain encoding every Kafka release reads); version 1, Kafka 4's flexible
-//! encoding with tagged fields, is read too. A null value is a tombstone: the
-//! id expired.
+//! plain encoding every Kafka release reads) unless it carries what only
+//! Kafka 4's flexible version 1 has room for, in tagged fields: the previous
+//! and next producer ids and the transaction version (transactions v2).
+//! Both are read. A null value is a tombstone: the id expired.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -34,31 +35,85 @@ pub(crate) fn decode_key(mut b: &[u8]) -> Result<String, TxnRecordError> {
     take_str(&mut b, len.max(0) as usize)
 }
 
-/// Encodes TransactionLogValue v0 from a transaction's metadata.
+/// TransactionLogValue v1's tagged fields.
+const TAG_PREVIOUS_PRODUCER_ID: u64 = 0;
+const TAG_NEXT_PRODUCER_ID: u64 = 1;
+const TAG_CLIENT_TRANSACTION_VERSION: u64 = 2;
+
+/// Encodes TransactionLogValue from a transaction's metadata: v0, or v1
+/// when a tagged field is not at its default.
 pub(crate) fn encode_value(m: &TxnMetadata) -> Bytes {
+    let mut tagged: Vec<(u64, Vec<u8>)> = Vec::new();
+    if m.last_producer_id >= 0 {
+        tagged.push((
+            TAG_PREVIOUS_PRODUCER_ID,
+            m.last_producer_id.to_be_bytes().to_vec(),
+        ));
+    }
+    if m.next_producer_id >= 0 {
+        tagged.push((
+            TAG_NEXT_PRODUCER_ID,
+            m.next_producer_id.to_be_bytes().to_vec(),
+        ));
+    }
+    if m.transaction_version != 0 {
+        tagged.push((
+            TAG_CLIENT_TRANSACTION_VERSION,
+            m.transaction_version.to_be_bytes().to_vec(),
+        ));
+    }
+    let flexible = !tagged.is_empty();
     let mut b = BytesMut::with_capacity(64);
-    b.put_i16(0);
+    b.put_i16(if flexible { 1 } else { 0 });
     b.put_i64(m.producer_id);
     b.put_i16(m.producer_epoch);
     b.put_i32(m.timeout_ms);
     b.put_i8(m.state.id());
-    if m.state == TxnState::Empty {
-        b.put_i32(-1);
-    } else {
-        let topics = m.partitions_by_topic();
-        b.put_i32(topics.len() as i32);
-        for (topic, partitions) in topics {
+    let topics = (m.state != TxnState::Empty).then(|| m.partitions_by_topic());
+    match (&topics, flexible) {
+        (None, false) => b.put_i32(-1),
+        (None, true) => put_uvarint(&mut b, 0),
+        (Some(t), false) => b.put_i32(t.len() as i32),
+        (Some(t), true) => put_uvarint(&mut b, t.len() as u64 + 1),
+    }
+    for (topic, partitions) in topics.iter().flatten() {
+        if flexible {
+            put_uvarint(&mut b, topic.len() as u64 + 1);
+        } else {
             b.put_i16(topic.len() as i16);
-            b.put_slice(topic.as_bytes());
+        }
+        b.put_slice(topic.as_bytes());
+        if flexible {
+            put_uvarint(&mut b, partitions.len() as u64 + 1);
+        } else {
             b.put_i32(partitions.len() as i32);
-            for p in partitions {
-                b.put_i32(p);
-            }
+        }
+        for p in partitions {
+            b.put_i32(*p);
+        }
+        if flexible {
+            put_uvarint(&mut b, 0);
         }
     }
     b.put_i64(m.last_update_ms);
     b.put_i64(m.start_ms);
+    if flexible {
+        put_uvarint(&mut b, tagged.len() as u64);
+        for (tag, data) in tagged {
+            put_uvarint(&mut b, tag);
+            put_uvarint(&mut b, data.len() as u64);
+            b.put_slice(&data);
+        }
+    }
     b.freeze()
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        b.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
 }
 
 /// Decodes TransactionLogValue v0 or v1.
@@ -95,7 +150,7 @@ pub(crate) fn decode_value(mut b: &[u8]) -> Result<TxnMetadata, TxnRecordError> 
     }
     let last_update_ms = get_i64(&mut b)?;
     let start_ms = get_i64(&mut b)?;
-    Ok(TxnMetadata {
+    let mut m = TxnMetadata {
         producer_id,
         producer_epoch,
         timeout_ms,
@@ -104,7 +159,23 @@ pub(crate) fn decode_value(mut b: &[u8]) -> Result<TxnMetadata, TxnRecordError> 
         last_update_ms,
         start_ms,
         ..TxnMetadata::default()
-    })
+    };
+    if flexible {
+        for _ in 0..get_uvarint(&mut b)? {
+            let tag = get_uvarint(&mut b)?;
+            let len = get_uvarint(&mut b)? as usize;
+            need(b, len)?;
+            let mut data = &b[..len];
+            match tag {
+                TAG_PREVIOUS_PRODUCER_ID => m.last_producer_id = get_i64(&mut data)?,
+                TAG_NEXT_PRODUCER_ID => m.next_producer_id = get_i64(&mut data)?,
+                TAG_CLIENT_TRANSACTION_VERSION => m.transaction_version = get_i16(&mut data)?,
+                _ => {}
+            }
+            b.advance(len);
+        }
+    }
+    Ok(m)
 }
 
 fn array_len(b: &mut &[u8], flexible: bool) -> Result<Option<usize>, TxnRecordError> {
@@ -256,11 +327,57 @@ mod tests {
     }
 
     #[test]
-    fn truncated_values_are_errors_not_panics() {
-        let m = TxnMetadata::default();
+    fn transactions_v2_fields_are_written_as_v1_tagged_fields_and_read_back() {
+        let mut m = TxnMetadata {
+            producer_id: 42,
+            producer_epoch: i16::MAX,
+            last_producer_id: 41,
+            next_producer_id: 43,
+            transaction_version: 2,
+            state: TxnState::PrepareCommit,
+            start_ms: 5,
+            last_update_ms: 6,
+            ..TxnMetadata::default()
+        };
+        m.partitions.insert(("a".into(), 3));
         let v = encode_value(&m);
-        for cut in 0..v.len() {
-            assert!(decode_value(&v[..cut]).is_err(), "cut at {cut}");
+        assert_eq!(&v[..2], &1i16.to_be_bytes());
+        let back = decode_value(&v).unwrap();
+        assert_eq!(
+            (
+                back.last_producer_id,
+                back.next_producer_id,
+                back.transaction_version
+            ),
+            (41, 43, 2)
+        );
+        assert_eq!(back.partitions, m.partitions);
+        assert_eq!(
+            (back.producer_epoch, back.start_ms, back.last_update_ms),
+            (i16::MAX, 5, 6)
+        );
+        m.state = TxnState::Empty;
+        assert!(decode_value(&encode_value(&m))
+            .unwrap()
+            .partitions
+            .is_empty());
+    }
+
+    #[test]
+    fn truncated_values_are_errors_not_panics() {
+        for m in [
+            TxnMetadata::default(),
+            TxnMetadata {
+                transaction_version: 2,
+                state: TxnState::Ongoing,
+                partitions: [("t".to_string(), 1)].into(),
+                ..TxnMetadata::default()
+            },
+        ] {
+            let v = encode_value(&m);
+            for cut in 0..v.len() {
+                assert!(decode_value(&v[..cut]).is_err(), "cut at {cut}");
+            }
         }
     }
 }

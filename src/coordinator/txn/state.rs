@@ -10,8 +10,17 @@
 //! has its marker) → Ongoing again, or Dead when the id expires.
 //! PrepareEpochFence is the in-memory state of an ongoing transaction whose
 //! producer is being fenced (InitProducerId or a timeout bumped its epoch and
-//! the abort is being written). These are the semantics of Kafka's transaction
-//! version 1: the epoch changes only through InitProducerId and fencing.
+//! the abort is being written).
+//!
+//! Under transaction version 1 the epoch changes only through InitProducerId
+//! and fencing. Version 2 (KIP-890 part 2, a producer that ends its
+//! transactions with EndTxn v5 and adds partitions by producing to them)
+//! bumps it with every EndTxn: the markers carry the new epoch, so a batch
+//! of the finished transaction that reaches a partition late is refused
+//! there as fenced instead of opening a transaction nobody will end. A
+//! retried EndTxn is recognised by the epoch one below. When the epoch runs
+//! out, the bump moves the producer to a new id, drawn when the transaction
+//! prepares and taken on when it completes.
 
 use std::collections::BTreeSet;
 
@@ -102,6 +111,13 @@ pub(crate) struct TxnMetadata {
     pub last_update_ms: i64,
     /// The state being written; other requests wait (CONCURRENT_TRANSACTIONS).
     pub pending: Option<TxnState>,
+    /// Transactions v2: the id a prepared transaction moves the producer to
+    /// when it completes, its epoch being exhausted (else -1).
+    pub next_producer_id: i64,
+    /// The transaction version of the producer's open or last transaction
+    /// (Kafka's ClientTransactionVersion): 2 bumps the epoch at its end, 0
+    /// does not.
+    pub transaction_version: i16,
 }
 
 impl Default for TxnMetadata {
@@ -117,6 +133,8 @@ impl Default for TxnMetadata {
             start_ms: -1,
             last_update_ms: -1,
             pending: None,
+            next_producer_id: -1,
+            transaction_version: 0,
         }
     }
 }
@@ -182,7 +200,8 @@ pub(crate) enum InitStep {
     AbortFirst(TxnMetadata),
 }
 
-/// Epochs at or past this start a new producer id (Kafka: Short.MaxValue - 1).
+/// Epochs at or past this start a new producer id (Kafka: Short.MaxValue - 1;
+/// Short.MaxValue itself is kept for the coordinator's fencing bump).
 const EPOCH_EXHAUSTED: i16 = i16::MAX - 1;
 
 /// InitProducerId with a transactional id. `expected` is the producer's own
@@ -239,14 +258,7 @@ pub(crate) fn init(
         TxnState::PrepareCommit | TxnState::PrepareAbort | TxnState::PrepareEpochFence => {
             Err(TxnError::ConcurrentTransactions)
         }
-        TxnState::Ongoing => {
-            let mut next = m.clone();
-            next.producer_epoch = next.producer_epoch.saturating_add(1);
-            next.state = TxnState::PrepareAbort;
-            next.last_update_ms = now_ms;
-            next.pending = None;
-            Ok(InitStep::AbortFirst(next))
-        }
+        TxnState::Ongoing => Ok(InitStep::AbortFirst(fence(m, now_ms))),
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let mut next = m.clone();
             next.last_producer_id = -1;
@@ -281,6 +293,11 @@ fn check_producer(
     let m = current
         .filter(|m| m.state != TxnState::Dead)
         .ok_or(TxnError::InvalidProducerIdMapping)?;
+    if m.next_producer_id >= 0 && m.next_producer_id == producer_id && producer_epoch == 0 {
+        // The producer was told its new id; the transaction that moves it
+        // there is still completing.
+        return Err(TxnError::ConcurrentTransactions);
+    }
     if m.producer_id != producer_id {
         return Err(TxnError::InvalidProducerIdMapping);
     }
@@ -294,12 +311,15 @@ fn check_producer(
 }
 
 /// AddPartitionsToTxn (and AddOffsetsToTxn, which adds the group's offsets
-/// partition). `None`: every partition is in the transaction already.
+/// partition), or under transactions v2 (`version` 2) the partitions a
+/// producer's Produce or TxnOffsetCommit adds. `None`: every partition is
+/// in the transaction already.
 pub(crate) fn add_partitions(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
     partitions: &[(String, i32)],
+    version: i16,
     now_ms: i64,
 ) -> Result<Option<TxnMetadata>, TxnError> {
     let m = check_producer(current, producer_id, producer_epoch)?;
@@ -317,6 +337,7 @@ pub(crate) fn add_partitions(
     if m.state != TxnState::Ongoing {
         next.partitions.clear();
         next.start_ms = now_ms;
+        next.transaction_version = version;
     }
     next.state = TxnState::Ongoing;
     next.partitions.extend(partitions.iter().cloned());
@@ -351,36 +372,116 @@ pub(crate) fn verify_partition(
 pub(crate) enum EndStep {
     /// Write this Prepare* metadata, answer, then send the markers.
     Write(TxnMetadata),
-    /// The same outcome is already complete (a retried EndTxn): answer at once.
-    AlreadyDone,
+    /// The same outcome is already complete (a retried EndTxn): answer at
+    /// once with this producer id and epoch.
+    AlreadyDone(i64, i16),
+    /// Transactions v2 with the epoch exhausted: draw the producer's next
+    /// id, then ask again with it.
+    NeedProducerId,
 }
 
-/// EndTxn from the producer.
+/// Epochs at or past this start a new producer id (Kafka: Short.MaxValue - 1).
+fn exhausted(epoch: i16) -> bool {
+    epoch >= EPOCH_EXHAUSTED
+}
+
+/// EndTxn from the producer; `version` 2 (EndTxn v5) bumps the epoch.
 pub(crate) fn end(
     current: Option<&TxnMetadata>,
     producer_id: i64,
     producer_epoch: i16,
     commit: bool,
+    version: i16,
+    fresh_id: Option<i64>,
     now_ms: i64,
 ) -> Result<EndStep, TxnError> {
-    let m = check_producer(current, producer_id, producer_epoch)?;
     let (prepare, complete) = if commit {
         (TxnState::PrepareCommit, TxnState::CompleteCommit)
     } else {
         (TxnState::PrepareAbort, TxnState::CompleteAbort)
     };
+    if let Some(m) = current.filter(|m| m.transaction_version >= 2 && m.pending.is_none()) {
+        // A retry of the EndTxn that bumped the epoch carries the epoch
+        // before the bump (or, when the bump moved to a new id, the old id
+        // at the last epoch). Only the epoch is compared, which survives a
+        // restart; a fence moves two epochs so that its producer does not
+        // pass for a retry.
+        let retry = (m.state.is_prepare() || m.state.is_complete())
+            && ((m.producer_id == producer_id
+                && m.producer_epoch == producer_epoch.wrapping_add(1))
+                || (m.state.is_complete()
+                    && m.last_producer_id == producer_id
+                    && exhausted(producer_epoch)
+                    && m.producer_epoch == 0));
+        if retry {
+            return match m.state {
+                s if s == complete => Ok(EndStep::AlreadyDone(m.producer_id, m.producer_epoch)),
+                s if s == prepare => Err(TxnError::ConcurrentTransactions),
+                _ => Err(TxnError::InvalidTxnState),
+            };
+        }
+    }
+    let m = check_producer(current, producer_id, producer_epoch)?;
+    // Under v2 a producer may abort a transaction none of whose batches has
+    // reached a partition yet (so none was added). The epoch is bumped all
+    // the same: those batches may still arrive, and must find it fenced.
+    let empty_abort = version >= 2
+        && !commit
+        && matches!(
+            m.state,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+        );
     match m.state {
+        _ if empty_abort => {
+            let mut next = m.clone();
+            next.partitions.clear();
+            next.start_ms = now_ms;
+            next.transaction_version = version;
+            next.state = TxnState::Ongoing;
+            end(
+                Some(&next),
+                producer_id,
+                producer_epoch,
+                false,
+                version,
+                fresh_id,
+                now_ms,
+            )
+        }
         TxnState::Ongoing => {
             let mut next = m.clone();
             next.state = prepare;
             next.last_update_ms = now_ms;
+            next.transaction_version = version;
+            if version >= 2 {
+                if exhausted(m.producer_epoch) {
+                    let Some(id) = fresh_id else {
+                        return Ok(EndStep::NeedProducerId);
+                    };
+                    next.next_producer_id = id;
+                }
+                next.last_producer_epoch = m.producer_epoch;
+                next.producer_epoch = m.producer_epoch + 1;
+            }
             Ok(EndStep::Write(next))
         }
-        s if s == complete => Ok(EndStep::AlreadyDone),
+        s if s == complete && m.transaction_version < 2 => {
+            Ok(EndStep::AlreadyDone(m.producer_id, m.producer_epoch))
+        }
         s if s == prepare => Err(TxnError::ConcurrentTransactions),
         TxnState::PrepareEpochFence => Err(TxnError::ConcurrentTransactions),
         TxnState::Dead => Err(TxnError::InvalidProducerIdMapping),
         _ => Err(TxnError::InvalidTxnState),
+    }
+}
+
+/// The producer id and epoch an EndTxn v5 answer gives the producer for
+/// its next transaction, once `m` (Prepare*) is written.
+pub(crate) fn next_producer(m: &TxnMetadata) -> (i64, i16) {
+    if m.next_producer_id >= 0 {
+        (m.next_producer_id, 0)
+    } else {
+        (m.producer_id, m.producer_epoch)
     }
 }
 
@@ -405,6 +506,13 @@ pub(crate) fn complete(
     } else {
         TxnState::CompleteAbort
     };
+    if m.next_producer_id >= 0 {
+        next.last_producer_id = m.producer_id;
+        next.last_producer_epoch = m.producer_epoch;
+        next.producer_id = m.next_producer_id;
+        next.producer_epoch = 0;
+        next.next_producer_id = -1;
+    }
     next.partitions.clear();
     next.last_update_ms = now_ms;
     Some(next)
@@ -419,13 +527,28 @@ pub(crate) fn timed_out(m: &TxnMetadata, now_ms: i64) -> Option<TxnMetadata> {
     {
         return None;
     }
-    let mut next = m.clone();
-    next.producer_epoch = next.producer_epoch.saturating_add(1);
+    let mut next = fence(m, now_ms);
     next.last_producer_id = -1;
-    next.last_producer_epoch = -1;
+    Some(next)
+}
+
+/// The abort that fences an ongoing transaction's producer. Under
+/// transactions v2 the epoch moves up twice, as the fence and the end of
+/// the transaction each bump it in Kafka: the epoch one below the new one,
+/// which a retried EndTxn would carry, is then one the producer never had.
+fn fence(m: &TxnMetadata, now_ms: i64) -> TxnMetadata {
+    let mut next = m.clone();
+    let bumps = if m.transaction_version >= 2 { 2 } else { 1 };
+    next.producer_epoch = next.producer_epoch.saturating_add(bumps);
+    next.last_producer_epoch = if bumps == 2 {
+        next.producer_epoch - 1
+    } else {
+        -1
+    };
     next.state = TxnState::PrepareAbort;
     next.last_update_ms = now_ms;
-    Some(next)
+    next.pending = None;
+    next
 }
 
 /// Whether an idle id has outlived `transactional.id.expiration.ms`.
@@ -485,15 +608,15 @@ mod tests {
         };
         assert_eq!((m2.producer_id, m2.producer_epoch), (100, 1));
         assert_eq!(
-            add_partitions(Some(&m2), 100, 0, &[tp("t", 0)], 2),
+            add_partitions(Some(&m2), 100, 0, &[tp("t", 0)], 0, 2),
             Err(TxnError::ProducerFenced)
         );
         assert_eq!(
-            end(Some(&m2), 100, 0, true, 2),
+            end(Some(&m2), 100, 0, true, 0, None, 2),
             Err(TxnError::ProducerFenced)
         );
         assert_eq!(
-            add_partitions(Some(&m2), 7, 1, &[tp("t", 0)], 2),
+            add_partitions(Some(&m2), 7, 1, &[tp("t", 0)], 0, 2),
             Err(TxnError::InvalidProducerIdMapping)
         );
     }
@@ -501,7 +624,7 @@ mod tests {
     #[test]
     fn init_during_an_ongoing_transaction_aborts_it_with_a_fencing_epoch_first() {
         let m = fresh(0);
-        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 1)
+        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 1)
             .unwrap()
             .unwrap();
         let InitStep::AbortFirst(abort) = init(Some(&m), 60_000, MAX, None, None, 2).unwrap()
@@ -564,15 +687,15 @@ mod tests {
     #[test]
     fn adding_partitions_starts_the_transaction_and_repeats_write_nothing() {
         let m = fresh(0);
-        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 10)
+        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 10)
             .unwrap()
             .unwrap();
         assert_eq!((m.state, m.start_ms), (TxnState::Ongoing, 10));
         assert_eq!(
-            add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 11),
+            add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 11),
             Ok(None)
         );
-        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 1)], 12)
+        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 1)], 0, 12)
             .unwrap()
             .unwrap();
         assert_eq!(m.partitions.len(), 2);
@@ -588,41 +711,45 @@ mod tests {
     fn end_txn_follows_kafkas_table_of_states() {
         let m = fresh(0);
         assert_eq!(
-            end(Some(&m), 100, 0, true, 1),
+            end(Some(&m), 100, 0, true, 0, None, 1),
             Err(TxnError::InvalidTxnState)
         );
         assert_eq!(
-            end(None, 100, 0, true, 1),
+            end(None, 100, 0, true, 0, None, 1),
             Err(TxnError::InvalidProducerIdMapping)
         );
-        let ongoing = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 1)
+        let ongoing = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 1)
             .unwrap()
             .unwrap();
-        let EndStep::Write(prepared) = end(Some(&ongoing), 100, 0, true, 2).unwrap() else {
+        let EndStep::Write(prepared) = end(Some(&ongoing), 100, 0, true, 0, None, 2).unwrap()
+        else {
             panic!()
         };
         assert_eq!(prepared.state, TxnState::PrepareCommit);
         assert_eq!(
-            end(Some(&prepared), 100, 0, true, 3),
+            end(Some(&prepared), 100, 0, true, 0, None, 3),
             Err(TxnError::ConcurrentTransactions)
         );
         assert_eq!(
-            end(Some(&prepared), 100, 0, false, 3),
+            end(Some(&prepared), 100, 0, false, 0, None, 3),
             Err(TxnError::InvalidTxnState)
         );
         assert_eq!(
-            add_partitions(Some(&prepared), 100, 0, &[tp("t", 1)], 3),
+            add_partitions(Some(&prepared), 100, 0, &[tp("t", 1)], 0, 3),
             Err(TxnError::ConcurrentTransactions)
         );
         let done = complete(Some(&prepared), 100, 0, 4).unwrap();
         assert_eq!(done.state, TxnState::CompleteCommit);
-        assert_eq!(end(Some(&done), 100, 0, true, 5), Ok(EndStep::AlreadyDone));
         assert_eq!(
-            end(Some(&done), 100, 0, false, 5),
+            end(Some(&done), 100, 0, true, 0, None, 5),
+            Ok(EndStep::AlreadyDone(100, 0))
+        );
+        assert_eq!(
+            end(Some(&done), 100, 0, false, 0, None, 5),
             Err(TxnError::InvalidTxnState)
         );
         // The next transaction starts afresh.
-        let next = add_partitions(Some(&done), 100, 0, &[tp("u", 0)], 6)
+        let next = add_partitions(Some(&done), 100, 0, &[tp("u", 0)], 0, 6)
             .unwrap()
             .unwrap();
         assert_eq!(next.partitions.len(), 1);
@@ -634,7 +761,7 @@ mod tests {
         let mut m = fresh(0);
         m.pending = Some(TxnState::Ongoing);
         assert_eq!(
-            add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 1),
+            add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 1),
             Err(TxnError::ConcurrentTransactions)
         );
         assert_eq!(
@@ -647,7 +774,7 @@ mod tests {
     #[test]
     fn an_ongoing_transaction_times_out_with_its_producer_fenced() {
         let m = fresh(0);
-        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 1_000)
+        let m = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 1_000)
             .unwrap()
             .unwrap();
         assert_eq!(timed_out(&m, 60_999), None);
@@ -658,7 +785,7 @@ mod tests {
         );
         let done = complete(Some(&abort), 100, 1, 61_001).unwrap();
         assert_eq!(
-            end(Some(&done), 100, 0, true, 61_002),
+            end(Some(&done), 100, 0, true, 0, None, 61_002),
             Err(TxnError::ProducerFenced)
         );
         assert_eq!(timed_out(&done, 10_000_000), None);
@@ -669,7 +796,7 @@ mod tests {
         let m = fresh(0);
         assert!(!expired(&m, 999, 1000));
         assert!(expired(&m, 1000, 1000));
-        let ongoing = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0)
+        let ongoing = add_partitions(Some(&m), 100, 0, &[tp("t", 0)], 0, 0)
             .unwrap()
             .unwrap();
         assert!(!expired(&ongoing, 1_000_000, 1000));
@@ -683,5 +810,143 @@ mod tests {
             assert_eq!(TxnState::from_name(s.name()), Some(s));
         }
         assert_eq!(TxnState::from_id(8), None);
+    }
+
+    fn ongoing_v2(epoch: i16) -> TxnMetadata {
+        let mut m = fresh(0);
+        m.producer_epoch = epoch;
+        add_partitions(Some(&m), 100, epoch, &[tp("t", 0)], 2, 1)
+            .unwrap()
+            .unwrap()
+    }
+
+    fn prepared(step: Result<EndStep, TxnError>) -> TxnMetadata {
+        match step.unwrap() {
+            EndStep::Write(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn v2_every_end_bumps_the_epoch_and_the_markers_carry_it() {
+        let m = ongoing_v2(0);
+        assert_eq!(m.transaction_version, 2);
+        let p = prepared(end(Some(&m), 100, 0, true, 2, None, 2));
+        assert_eq!(
+            (p.state, p.producer_epoch, p.last_producer_epoch),
+            (TxnState::PrepareCommit, 1, 0)
+        );
+        assert_eq!(next_producer(&p), (100, 1));
+        let done = complete(Some(&p), 100, 1, 3).unwrap();
+        assert_eq!(
+            (done.state, done.producer_epoch),
+            (TxnState::CompleteCommit, 1)
+        );
+        // The next transaction runs at the bumped epoch; the old one is fenced.
+        assert_eq!(
+            add_partitions(Some(&done), 100, 0, &[tp("t", 0)], 2, 4),
+            Err(TxnError::ProducerFenced)
+        );
+        let next = add_partitions(Some(&done), 100, 1, &[tp("t", 0)], 2, 4)
+            .unwrap()
+            .unwrap();
+        let p2 = prepared(end(Some(&next), 100, 1, false, 2, None, 5));
+        assert_eq!((p2.state, p2.producer_epoch), (TxnState::PrepareAbort, 2));
+    }
+
+    #[test]
+    fn v2_a_retried_end_carries_the_epoch_before_the_bump() {
+        let p = prepared(end(Some(&ongoing_v2(3)), 100, 3, true, 2, None, 2));
+        // Retried while the markers are still being written: wait.
+        assert_eq!(
+            end(Some(&p), 100, 3, true, 2, None, 3),
+            Err(TxnError::ConcurrentTransactions)
+        );
+        assert_eq!(
+            end(Some(&p), 100, 3, false, 2, None, 3),
+            Err(TxnError::InvalidTxnState)
+        );
+        let done = complete(Some(&p), 100, 4, 4).unwrap();
+        // Retried once complete: the same answer as the first time.
+        assert_eq!(
+            end(Some(&done), 100, 3, true, 2, None, 5),
+            Ok(EndStep::AlreadyDone(100, 4))
+        );
+        assert_eq!(
+            end(Some(&done), 100, 3, false, 2, None, 5),
+            Err(TxnError::InvalidTxnState)
+        );
+        // At the current epoch with nothing open, EndTxn is a wrong state,
+        // and an epoch further back is fenced.
+        assert_eq!(
+            end(Some(&done), 100, 4, true, 2, None, 5),
+            Err(TxnError::InvalidTxnState)
+        );
+        // An abort of a transaction that added nothing still bumps the
+        // epoch, fencing its batches still on the way; it has no markers.
+        let abort = prepared(end(Some(&done), 100, 4, false, 2, None, 5));
+        assert_eq!(
+            (abort.state, abort.producer_epoch),
+            (TxnState::PrepareAbort, 5)
+        );
+        assert!(abort.partitions.is_empty());
+        assert_eq!(
+            end(Some(&done), 100, 2, true, 2, None, 5),
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn v2_an_exhausted_epoch_moves_to_a_new_id_when_the_transaction_completes() {
+        let m = ongoing_v2(i16::MAX - 1);
+        assert_eq!(
+            end(Some(&m), 100, i16::MAX - 1, true, 2, None, 2),
+            Ok(EndStep::NeedProducerId)
+        );
+        let p = prepared(end(Some(&m), 100, i16::MAX - 1, true, 2, Some(555), 2));
+        assert_eq!(p.producer_epoch, i16::MAX, "the markers use the last epoch");
+        assert_eq!(next_producer(&p), (555, 0));
+        // The producer, told its new id, waits for the completion.
+        assert_eq!(
+            add_partitions(Some(&p), 555, 0, &[tp("t", 0)], 2, 3),
+            Err(TxnError::ConcurrentTransactions)
+        );
+        let done = complete(Some(&p), 100, i16::MAX, 4).unwrap();
+        assert_eq!(
+            (done.producer_id, done.producer_epoch, done.last_producer_id),
+            (555, 0, 100)
+        );
+        assert_eq!(
+            end(Some(&done), 100, i16::MAX - 1, true, 2, None, 5),
+            Ok(EndStep::AlreadyDone(555, 0))
+        );
+        assert!(add_partitions(Some(&done), 555, 0, &[tp("t", 0)], 2, 6)
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn v2_a_fenced_transaction_moves_two_epochs_so_its_producer_cannot_pass_for_a_retry() {
+        let m = ongoing_v2(5);
+        let abort = timed_out(&m, 1_000_000).unwrap();
+        assert_eq!(
+            (abort.state, abort.producer_epoch, abort.last_producer_epoch),
+            (TxnState::PrepareAbort, 7, 6)
+        );
+        let done = complete(Some(&abort), 100, 7, 1_000_001).unwrap();
+        assert_eq!(
+            end(Some(&done), 100, 5, false, 2, None, 1_000_002),
+            Err(TxnError::ProducerFenced)
+        );
+        assert_eq!(
+            end(Some(&done), 100, 5, true, 2, None, 1_000_002),
+            Err(TxnError::ProducerFenced)
+        );
+        let InitStep::AbortFirst(fenced) =
+            init(Some(&ongoing_v2(5)), 60_000, MAX, None, None, 2).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(fenced.producer_epoch, 7);
     }
 }

@@ -45,7 +45,8 @@ import strata.it.GroupSupport.StrataProcess;
  * Kafka Streams word count (a KTable of counts, RocksDB store with a changelog, a repartition
  * topic) under processing.guarantee=exactly_once_v2 on a private broker: the final count of every
  * word is exact and each word's committed updates only rise, also when the broker is killed with -9
- * and restarted (three times) while the application is processing.
+ * and restarted (three times) while the application is processing. Its producers run on
+ * transactions v2 (KIP-890 part 2), as the broker finalizes transaction.version 2.
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class StreamsEosTest {
@@ -128,6 +129,7 @@ class StreamsEosTest {
             assertTrue(u.get(i) > u.get(i - 1), "committed updates of '" + e.getKey() + "' go back or repeat: " + u);
           }
         }
+        if (!kill) assertTransactionsV2(bs, app);
         System.out.printf("[streams] exact counts of %d lines after %.1fs (kill=%s, thread failures: %s)%n", lines,
             (System.nanoTime() - t0) / 1e9, kill, died.get());
       } catch (Throwable e) {
@@ -138,6 +140,24 @@ class StreamsEosTest {
           w.sorted(java.util.Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
         }
       }
+    }
+  }
+
+  /**
+   * Streams' producers are on transactions v2: every commit bumps a producer's epoch, so after
+   * many commits the epochs are well above where initTransactions put them (under v1, with no
+   * producer fenced, they stay at 0).
+   */
+  static void assertTransactionsV2(String bs, String app) throws Exception {
+    try (Admin a = GroupSupport.admin(bs)) {
+      List<String> ids = a.listTransactions().all().get().stream()
+          .map(l -> l.transactionalId())
+          .filter(id -> id.startsWith(app))
+          .toList();
+      assertTrue(!ids.isEmpty(), "no transactional ids of " + app);
+      int max = 0;
+      for (var d : a.describeTransactions(ids).all().get().values()) max = Math.max(max, d.producerEpoch());
+      assertTrue(max >= 3, "producer epochs of " + ids + " reach only " + max);
     }
   }
 

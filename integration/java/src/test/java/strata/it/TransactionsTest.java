@@ -14,6 +14,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsOptions;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.TransactionState;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -32,9 +33,11 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 /**
- * Transactions with the Java client (TV1: one epoch per producer session): consume-transform-produce
- * with sendOffsetsToTransaction, visibility of aborted data per isolation level, fencing of an older
- * producer, the coordinator aborting a transaction whose producer vanished, and kafka-transactions.sh.
+ * Transactions with the Java client, which the broker's finalized transaction.version 2 puts on
+ * transactions v2 (KIP-890 part 2: partitions added by producing, an epoch bump with every commit and
+ * abort): consume-transform-produce with sendOffsetsToTransaction, visibility of aborted data per
+ * isolation level, fencing of an older producer, the coordinator aborting a transaction whose
+ * producer vanished, and kafka-transactions.sh.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class TransactionsTest {
@@ -244,6 +247,42 @@ class TransactionsTest {
       Thread.sleep(50);
     }
     assertEquals(want, got, "committed offsets of group " + group);
+  }
+
+  /**
+   * The producer is on transactions v2: each commit and abort moves its epoch one up, at the
+   * coordinator and in the partition (whose last marker carries it). Under v1 it would stay where
+   * initTransactions put it.
+   */
+  @Test
+  void underTransactionsV2EveryCommitAndAbortBumpsTheProducerEpoch() throws Exception {
+    var features = admin.describeFeatures().featureMetadata().get();
+    assertEquals(2, features.finalizedFeatures().get("transaction.version").maxVersionLevel());
+    String t = Kafka.topic("txn-v2");
+    String id = Kafka.topic("v2-id");
+    Kafka.createTopic(admin, t, 1, Map.of());
+    TopicPartition tp = new TopicPartition(t, 0);
+    try (KafkaProducer<byte[], byte[]> p = txnProducer(id, Map.of())) {
+      int first = admin.describeTransactions(List.of(id)).description(id).get().producerEpoch();
+      for (int i = 0; i < 3; i++) {
+        p.beginTransaction();
+        produce(p, t, 1, "v2-" + i, 2);
+        if (i == 1) p.abortTransaction();
+        else p.commitTransaction();
+      }
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+      while (true) {
+        var d = admin.describeTransactions(List.of(id)).description(id).get();
+        var producers = admin.describeProducers(List.of(tp)).partitionResult(tp).get().activeProducers();
+        if (d.state() == TransactionState.COMPLETE_COMMIT && d.producerEpoch() == first + 3
+            && producers.size() == 1 && producers.get(0).producerEpoch() == first + 3) break;
+        if (System.nanoTime() > deadline) fail("epoch " + first + " + 3 expected: " + d + ", " + producers);
+        Thread.sleep(100);
+      }
+    }
+    List<String> want = new ArrayList<>(values("v2-0", 2));
+    want.addAll(values("v2-2", 2));
+    assertValues(want, t, 1, IsolationLevel.READ_COMMITTED);
   }
 
   @Test
