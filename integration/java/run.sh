@@ -33,11 +33,12 @@
 #                       fetch sessions
 #   CompactionTest      leveled compaction of tiered segments on a private broker (--tier-interval-ms 50):
 #                       gaps, original offsets and newest value per key via KafkaConsumer and kafka-console-consumer
-#   TransactionsTest    consume-transform-produce with sendOffsetsToTransaction (aborted batches included),
-#                       aborted data per isolation level, fencing, timeout abort of a vanished producer,
-#                       kafka-transactions list / describe / describe-producers
+#   TransactionsTest    on transactions v2: consume-transform-produce with sendOffsetsToTransaction (aborted
+#                       batches included), aborted data per isolation level, fencing, timeout abort of a vanished
+#                       producer, an epoch bump per commit and abort, kafka-transactions list / describe /
+#                       describe-producers
 #   StreamsEosTest      Kafka Streams word count (KTable) under exactly_once_v2 on a private broker: exact
-#                       counts, also across kill -9 and restart of the broker mid-run
+#                       counts, also across kill -9 and restart of the broker mid-run; producers on transactions v2
 #   AclsQuotasTest      kafka-acls add/list/remove, a topic without READ refused and hidden, kafka-configs client
 #                       quotas, on a private broker with --authorizer acl
 #   BrokerConfigsCliTest  dynamic broker configs: kafka-configs --entity-type brokers --entity-name/--entity-default
