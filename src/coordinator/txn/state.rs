@@ -406,8 +406,12 @@ pub(crate) fn end(
         // at the last epoch). Only the epoch is compared, which survives a
         // restart; a fence moves two epochs so that its producer does not
         // pass for a retry.
+        // A fence from the last epoch could only move one (to
+        // Short.MaxValue), which no EndTxn bump reaches without a new id.
+        let bumped_here = m.producer_epoch < i16::MAX || m.next_producer_id >= 0;
         let retry = (m.state.is_prepare() || m.state.is_complete())
             && ((m.producer_id == producer_id
+                && bumped_here
                 && m.producer_epoch == producer_epoch.wrapping_add(1))
                 || (m.state.is_complete()
                     && m.last_producer_id == producer_id
@@ -461,7 +465,7 @@ pub(crate) fn end(
                     next.next_producer_id = id;
                 }
                 next.last_producer_epoch = m.producer_epoch;
-                next.producer_epoch = m.producer_epoch + 1;
+                next.producer_epoch = m.producer_epoch.saturating_add(1);
             }
             Ok(EndStep::Write(next))
         }
@@ -540,11 +544,7 @@ fn fence(m: &TxnMetadata, now_ms: i64) -> TxnMetadata {
     let mut next = m.clone();
     let bumps = if m.transaction_version >= 2 { 2 } else { 1 };
     next.producer_epoch = next.producer_epoch.saturating_add(bumps);
-    next.last_producer_epoch = if bumps == 2 {
-        next.producer_epoch - 1
-    } else {
-        -1
-    };
+    next.last_producer_epoch = -1;
     next.state = TxnState::PrepareAbort;
     next.last_update_ms = now_ms;
     next.pending = None;
@@ -930,8 +930,8 @@ mod tests {
         let m = ongoing_v2(5);
         let abort = timed_out(&m, 1_000_000).unwrap();
         assert_eq!(
-            (abort.state, abort.producer_epoch, abort.last_producer_epoch),
-            (TxnState::PrepareAbort, 7, 6)
+            (abort.state, abort.producer_epoch),
+            (TxnState::PrepareAbort, 7)
         );
         let done = complete(Some(&abort), 100, 7, 1_000_001).unwrap();
         assert_eq!(
@@ -948,5 +948,106 @@ mod tests {
             panic!()
         };
         assert_eq!(fenced.producer_epoch, 7);
+    }
+
+    /// A transactions v2 producer over seeded random schedules: its batches
+    /// add partitions, it commits and aborts, EndTxn answers get lost and
+    /// are retried, markers complete, transactions time out, the producer
+    /// restarts, and some schedules start near the end of the epochs. The
+    /// coordinator's producer id and epoch never go back, every prepared
+    /// transaction's markers carry an epoch above its data's, and a retried
+    /// EndTxn is answered as the first one was.
+    #[test]
+    fn v2_random_schedules_keep_epochs_rising_and_answer_retries_alike() {
+        for seed in 0..2000u64 {
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = move || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state
+            };
+            let mut m = fresh(0);
+            if seed % 4 == 0 {
+                m.producer_epoch = i16::MAX - 3;
+            }
+            let mut client = (m.producer_id, m.producer_epoch);
+            let mut data_epoch = None;
+            // The last EndTxn sent: (producer, commit) and its answer.
+            type Producer = (i64, i16);
+            let mut sent: Option<(Producer, bool, Producer)> = None;
+            let mut ids = 1000;
+            for now in 1..300 {
+                let before = (m.producer_id, m.producer_epoch);
+                match next() % 7 {
+                    0 | 1 => {
+                        let tp = tp("t", (next() % 3) as i32);
+                        if let Ok(Some(n)) =
+                            add_partitions(Some(&m), client.0, client.1, &[tp], 2, now)
+                        {
+                            data_epoch = Some(client.1);
+                            m = n;
+                        }
+                    }
+                    2 | 3 => {
+                        let commit = next() % 2 == 0;
+                        ids += 1;
+                        let step = end(Some(&m), client.0, client.1, commit, 2, Some(ids), now);
+                        if let Ok(EndStep::Write(p)) = step {
+                            if let Some(e) = data_epoch.take() {
+                                assert!(
+                                    p.producer_epoch > e,
+                                    "seed {seed}: markers at {} over data at {e}",
+                                    p.producer_epoch
+                                );
+                            }
+                            let answer = next_producer(&p);
+                            sent = Some((client, commit, answer));
+                            m = p;
+                            if next() % 3 != 0 {
+                                client = answer; // else the answer is lost
+                            }
+                        } else if let Ok(EndStep::AlreadyDone(pid, e)) = step {
+                            if let Some((req, c, answer)) =
+                                sent.filter(|(req, c, _)| *req == client && *c == commit)
+                            {
+                                assert_eq!(
+                                    (pid, e),
+                                    answer,
+                                    "seed {seed}: retry of {req:?} commit {c}"
+                                );
+                            }
+                            client = (pid, e);
+                        }
+                    }
+                    4 => {
+                        if let Some(n) = complete(Some(&m), m.producer_id, m.producer_epoch, now) {
+                            m = n;
+                        }
+                    }
+                    5 => {
+                        if let Some(n) = timed_out(&m, now + 10_000_000) {
+                            data_epoch = None;
+                            m = n;
+                        }
+                    }
+                    _ => {
+                        ids += 1;
+                        if let Ok(InitStep::Write(n)) =
+                            init(Some(&m), 60_000, MAX, None, Some(ids), now)
+                        {
+                            client = (n.producer_id, n.producer_epoch);
+                            data_epoch = None;
+                            sent = None;
+                            m = n;
+                        }
+                    }
+                }
+                assert!(
+                    (m.producer_id, m.producer_epoch) >= before,
+                    "seed {seed}: {before:?} -> {m:?}"
+                );
+            }
+        }
     }
 }
