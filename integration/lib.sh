@@ -58,3 +58,55 @@ stop_broker() {
     fi
   fi
 }
+
+# Apache Kafka 4.4's jars, from integration/java's Maven project.
+kafka_classpath() {
+  (cd "$INTEGRATION_ROOT/java" && mvn -B -ntp -q package -DskipTests &&
+    mvn -B -ntp -q dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=target/kafka.classpath)
+  echo "$(cat "$INTEGRATION_ROOT/java/target/kafka.classpath"):$INTEGRATION_ROOT/java/target/lib/*"
+}
+
+# start_kafka_broker [PROPERTY=VALUE...]: Apache Kafka 4.4 (one combined broker
+# and controller, node KAFKA_NODE_ID, default 1) instead of Strata, to run a
+# third-party suite against both; sets the same variables as start_broker,
+# and stop_broker stops it.
+start_kafka_broker() {
+  local port cport cp node="${KAFKA_NODE_ID:-1}"
+  cp="$(kafka_classpath)"
+  port="$(free_port)"
+  cport="$(free_port)"
+  BROKER_DATA="$(mktemp -d -t kafka-it-XXXXXX)"
+  BOOTSTRAP="127.0.0.1:$port"
+  {
+    cat <<PROPS
+process.roles=broker,controller
+node.id=$node
+controller.quorum.voters=$node@127.0.0.1:$cport
+listeners=PLAINTEXT://$BOOTSTRAP,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://$BOOTSTRAP
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$BROKER_DATA/log
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+PROPS
+    printf '%s\n' "$@"
+  } >"$BROKER_DATA/server.properties"
+  java -cp "$cp" kafka.tools.StorageTool format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid)" \
+    -c "$BROKER_DATA/server.properties" >"$BROKER_DATA/format.log" 2>&1
+  java -Xmx1g -cp "$cp" kafka.Kafka "$BROKER_DATA/server.properties" >"$BROKER_DATA/broker.log" 2>&1 &
+  BROKER_PID=$!
+  trap stop_broker EXIT
+  for _ in $(seq 1 600); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      export BOOTSTRAP BROKER_PID BROKER_DATA
+      return 0
+    fi
+    kill -0 "$BROKER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "Kafka did not start; log:" >&2
+  cat "$BROKER_DATA/broker.log" >&2
+  return 1
+}

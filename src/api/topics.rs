@@ -8,6 +8,7 @@
 //! the topic and only shapes what Metadata reports (see `metadata`); the
 //! data is never copied.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -226,10 +227,14 @@ pub(super) async fn create_topics(
                 .collect();
             // Live brokers: alone, this one; in a cluster, those registered in etcd.
             let registered = brokers(&broker, None).len();
-            let validated = broker
-                .catalog
-                .validate_new_topic(&name, partitions, requested, registered, &configs)
-                .map_err(catalog_error);
+            let validated =
+                check_assignment(&broker, t.assignments.iter().map(|a| &a.broker_ids[..]))
+                    .and_then(|()| {
+                        broker
+                            .catalog
+                            .validate_new_topic(&name, partitions, requested, registered, &configs)
+                            .map_err(catalog_error)
+                    });
             let result = match (&broker.cluster, validated) {
                 (_, Err(e)) => Err(e),
                 (_, Ok((c, factor))) if req.validate_only => Ok((c, factor, None)),
@@ -339,6 +344,75 @@ pub(super) async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// Kafka's checks of a manual replica assignment (CreateTopics,
+/// CreatePartitions), each answered INVALID_REPLICA_ASSIGNMENT with Kafka's
+/// message: every partition names registered brokers, each once, and all
+/// partitions the same number of them.
+fn check_assignment<'a>(
+    broker: &Broker,
+    assignments: impl Iterator<Item = &'a [BrokerId]>,
+) -> Result<(), (i16, String)> {
+    let registered: BTreeSet<i32> = brokers(broker, None).iter().map(|b| b.0).collect();
+    let invalid = |m: String| (ResponseError::InvalidReplicaAssignment.code(), m);
+    let mut width = None;
+    for replicas in assignments {
+        if replicas.is_empty() {
+            return Err(invalid(
+                "The manual partition assignment includes an empty replica list.".into(),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for id in replicas {
+            if !seen.insert(id.0) {
+                return Err(invalid(format!(
+                    "The manual partition assignment includes the broker {} more than once.",
+                    id.0
+                )));
+            }
+            if !registered.contains(&id.0) {
+                return Err(invalid(format!(
+                    "The manual partition assignment includes broker {}, but no such broker is registered.",
+                    id.0
+                )));
+            }
+        }
+        match width {
+            Some(w) if w != replicas.len() => {
+                return Err(invalid(
+                    "All partitions in the manual partition assignment must have the same number of replicas."
+                        .into(),
+                ))
+            }
+            _ => width = Some(replicas.len()),
+        }
+    }
+    Ok(())
+}
+
+/// CreatePartitions' assignment, if any: one per partition added, each
+/// passing `check_assignment`.
+fn new_partitions_assignment(
+    broker: &Broker,
+    topic: &str,
+    count: i32,
+    assignments: Option<&[create_partitions_request::CreatePartitionsAssignment]>,
+) -> Result<(), (i16, String)> {
+    let (Some(assignments), Some(t)) = (assignments, broker.catalog.topic(topic)) else {
+        return Ok(());
+    };
+    let added = i64::from(count) - t.partition_count() as i64;
+    if added > 0 && assignments.len() as i64 != added {
+        return Err((
+            ResponseError::InvalidReplicaAssignment.code(),
+            format!(
+                "Attempted to add {added} additional partitions, but only {} assignment(s) were specified.",
+                assignments.len()
+            ),
+        ));
+    }
+    check_assignment(broker, assignments.iter().map(|a| &a.broker_ids[..]))
+}
+
 pub(super) async fn create_partitions(
     broker: Arc<Broker>,
     req: CreatePartitionsRequest,
@@ -349,10 +423,15 @@ pub(super) async fn create_partitions(
         let name = t.name.0.as_str();
         // The catalog checks the count either way (and does all the work alone).
         let validate_only = req.validate_only || broker.cluster.is_some();
-        let mut result = broker
-            .catalog
-            .create_partitions(name, t.count, validate_only)
-            .map_err(catalog_error);
+        let mut result =
+            new_partitions_assignment(&broker, name, t.count, t.assignments.as_deref()).and_then(
+                |()| {
+                    broker
+                        .catalog
+                        .create_partitions(name, t.count, validate_only)
+                        .map_err(catalog_error)
+                },
+            );
         if let (Ok(()), Some(cluster), false) = (&result, &broker.cluster, req.validate_only) {
             result = cluster
                 .topics()

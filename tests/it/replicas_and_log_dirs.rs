@@ -155,3 +155,106 @@ async fn a_single_broker_refuses_more_than_one_replica_and_takes_minus_one_as_on
     let t = &resp.topics[0];
     assert_eq!((t.error_code, t.replication_factor), (0, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_replica_assignments_must_name_registered_brokers_once_each() {
+    use create_partitions_request::{CreatePartitionsAssignment, CreatePartitionsTopic};
+    use create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
+    let broker = InProcess::start(&[]).await;
+    let mut raw = Raw::connect(broker.addr()).await;
+    let invalid = ResponseError::InvalidReplicaAssignment.code();
+    let create = |name: &str, replicas: Vec<Vec<i32>>| {
+        let assignments = replicas
+            .into_iter()
+            .enumerate()
+            .map(|(i, ids)| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(i as i32)
+                    .with_broker_ids(ids.into_iter().map(BrokerId).collect())
+            })
+            .collect();
+        CreateTopicsRequest::default()
+            .with_timeout_ms(5000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(topic_name(name))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(assignments)])
+    };
+    let cases = [
+        (
+            "unknown",
+            vec![vec![7]],
+            invalid,
+            "includes broker 7, but no such broker is registered",
+        ),
+        (
+            "twice",
+            vec![vec![1, 1]],
+            invalid,
+            "includes the broker 1 more than once",
+        ),
+        (
+            "ragged",
+            vec![vec![1], vec![]],
+            invalid,
+            "an empty replica list",
+        ),
+        ("mine", vec![vec![1], vec![1]], 0, ""),
+    ];
+    for (name, replicas, code, message) in cases {
+        let resp: CreateTopicsResponse = raw
+            .call(ApiKey::CreateTopics, 7, &create(name, replicas))
+            .await;
+        let t = &resp.topics[0];
+        assert_eq!(t.error_code, code, "{name}: {:?}", t.error_message);
+        assert!(
+            t.error_message.as_deref().unwrap_or("").contains(message),
+            "{name}: {:?}",
+            t.error_message
+        );
+    }
+
+    let grow = |count: i32, replicas: Vec<Vec<i32>>| {
+        let assignments = replicas
+            .into_iter()
+            .map(|ids| {
+                CreatePartitionsAssignment::default()
+                    .with_broker_ids(ids.into_iter().map(BrokerId).collect())
+            })
+            .collect();
+        CreatePartitionsRequest::default()
+            .with_timeout_ms(5000)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(topic_name("mine"))
+                .with_count(count)
+                .with_assignments(Some(assignments))])
+    };
+    let cases = [
+        (
+            4,
+            vec![vec![1]],
+            invalid,
+            "Attempted to add 2 additional partitions, but only 1 assignment(s) were specified.",
+        ),
+        (
+            4,
+            vec![vec![1], vec![0]],
+            invalid,
+            "includes broker 0, but no such broker is registered",
+        ),
+        (4, vec![vec![1], vec![1]], 0, ""),
+    ];
+    for (count, replicas, code, message) in cases {
+        let resp: CreatePartitionsResponse = raw
+            .call(ApiKey::CreatePartitions, 3, &grow(count, replicas))
+            .await;
+        let r = &resp.results[0];
+        assert_eq!(r.error_code, code, "{:?}", r.error_message);
+        assert!(
+            r.error_message.as_deref().unwrap_or("").contains(message),
+            "{:?}",
+            r.error_message
+        );
+    }
+}
