@@ -26,8 +26,14 @@ start_broker() {
     --data-dir "$BROKER_DATA" "$@" >"$BROKER_DATA/broker.log" 2>&1 &
   BROKER_PID=$!
   trap stop_broker EXIT
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  wait_started "$port" 100
+}
+
+# wait_started PORT TENTHS: until the broker accepts on PORT (then exports
+# BOOTSTRAP, BROKER_PID and BROKER_DATA), for at most TENTHS tenths of a second.
+wait_started() {
+  for _ in $(seq 1 "$2"); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
       export BOOTSTRAP BROKER_PID BROKER_DATA
       return 0
     fi
@@ -98,15 +104,5 @@ PROPS
   java -Xmx1g -cp "$cp" kafka.Kafka "$BROKER_DATA/server.properties" >"$BROKER_DATA/broker.log" 2>&1 &
   BROKER_PID=$!
   trap stop_broker EXIT
-  for _ in $(seq 1 600); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      export BOOTSTRAP BROKER_PID BROKER_DATA
-      return 0
-    fi
-    kill -0 "$BROKER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "Kafka did not start; log:" >&2
-  cat "$BROKER_DATA/broker.log" >&2
-  return 1
+  wait_started "$port" 600
 }

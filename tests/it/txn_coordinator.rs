@@ -284,18 +284,22 @@ async fn add_partitions(
 }
 
 async fn end(raw: &mut Raw, id: &str, producer: (i64, i16), commit: bool, version: i16) -> i16 {
-    let resp: EndTxnResponse = raw
-        .call(
-            ApiKey::EndTxn,
-            version,
-            &EndTxnRequest::default()
-                .with_transactional_id(TransactionalId(str_bytes(id)))
-                .with_producer_id(ProducerId(producer.0))
-                .with_producer_epoch(producer.1)
-                .with_committed(commit),
-        )
-        .await;
-    resp.error_code
+    end_txn(raw, id, producer, commit, version).await.error_code
+}
+
+async fn end_txn(
+    raw: &mut Raw,
+    id: &str,
+    producer: (i64, i16),
+    commit: bool,
+    version: i16,
+) -> EndTxnResponse {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(str_bytes(id)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_committed(commit);
+    raw.call(ApiKey::EndTxn, version, &req).await
 }
 
 /// Produces one transactional record `value` to partition 0 of `topic`.
@@ -352,17 +356,7 @@ fn txn_produce_request(
 /// EndTxn v5 (transactions v2): the error code and the producer id and
 /// epoch for the next transaction.
 async fn end_v2(raw: &mut Raw, id: &str, producer: (i64, i16), commit: bool) -> (i16, (i64, i16)) {
-    let resp: EndTxnResponse = raw
-        .call(
-            ApiKey::EndTxn,
-            5,
-            &EndTxnRequest::default()
-                .with_transactional_id(TransactionalId(str_bytes(id)))
-                .with_producer_id(ProducerId(producer.0))
-                .with_producer_epoch(producer.1)
-                .with_committed(commit),
-        )
-        .await;
+    let resp = end_txn(raw, id, producer, commit, 5).await;
     (resp.error_code, (resp.producer_id.0, resp.producer_epoch))
 }
 

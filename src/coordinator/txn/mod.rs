@@ -297,42 +297,56 @@ impl TxnCoordinator {
         timeout_ms: i32,
         expected: Option<(i64, i16)>,
     ) -> Result<(i64, i16), TxnError> {
+        let max = self.config.max_timeout_ms;
+        let (step, epoch) = self
+            .decide(
+                id,
+                |m, fresh, now| state::init(m, timeout_ms, max, expected, fresh, now),
+                |s| matches!(s, InitStep::NeedProducerId),
+            )
+            .await?;
+        match step {
+            InitStep::NeedProducerId => unreachable!("drawn by decide"),
+            InitStep::Answer(pid, e) => Ok((pid, e)),
+            InitStep::Write(next) => {
+                let answer = (next.producer_id, next.producer_epoch);
+                self.persist(id, next, TxnState::Empty).await?;
+                Ok(answer)
+            }
+            InitStep::AbortFirst(next) => {
+                let j = job(id, &next, epoch);
+                self.persist(id, next, TxnState::PrepareEpochFence).await?;
+                tracing::info!(
+                    transactional_id = id,
+                    "fencing the previous producer: aborting its transaction"
+                );
+                let _ = self.jobs.send(j);
+                Err(TxnError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    /// `id`'s next step by the rule `decide` (given the metadata, a fresh
+    /// producer id if one was drawn, and the time), decided under the lock,
+    /// with the coordinator epoch it was decided at. When the rule asks for
+    /// a producer id (`needs_id`), one is drawn and the rule asked again.
+    async fn decide<S>(
+        &self,
+        id: &str,
+        decide: impl Fn(Option<&TxnMetadata>, Option<i64>, i64) -> Result<S, TxnError>,
+        needs_id: impl Fn(&S) -> bool,
+    ) -> Result<(S, i32), TxnError> {
         let mut fresh = None;
         loop {
             let (step, epoch) = {
                 let txns = self.txns.lock();
                 let epoch = self.coordinator_epoch()?;
-                let step = state::init(
-                    txns.get(id),
-                    timeout_ms,
-                    self.config.max_timeout_ms,
-                    expected,
-                    fresh,
-                    self.clock.now_ms(),
-                )?;
-                (step, epoch)
+                (decide(txns.get(id), fresh, self.clock.now_ms())?, epoch)
             };
-            match step {
-                InitStep::NeedProducerId => {
-                    fresh = Some((self.ids)().await.map_err(TxnError::NoProducerId)?);
-                }
-                InitStep::Answer(pid, e) => return Ok((pid, e)),
-                InitStep::Write(next) => {
-                    let answer = (next.producer_id, next.producer_epoch);
-                    self.persist(id, next, TxnState::Empty).await?;
-                    return Ok(answer);
-                }
-                InitStep::AbortFirst(next) => {
-                    let j = job(id, &next, epoch);
-                    self.persist(id, next, TxnState::PrepareEpochFence).await?;
-                    tracing::info!(
-                        transactional_id = id,
-                        "fencing the previous producer: aborting its transaction"
-                    );
-                    let _ = self.jobs.send(j);
-                    return Err(TxnError::ConcurrentTransactions);
-                }
+            if !needs_id(&step) {
+                return Ok((step, epoch));
             }
+            fresh = Some((self.ids)().await.map_err(TxnError::NoProducerId)?);
         }
     }
 
@@ -430,35 +444,25 @@ impl TxnCoordinator {
         commit: bool,
         version: i16,
     ) -> Result<(i64, i16), TxnError> {
-        let mut fresh = None;
-        loop {
-            let (step, epoch) = {
-                let txns = self.txns.lock();
-                let epoch = self.coordinator_epoch()?;
-                let step = state::end(
-                    txns.get(id),
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    version,
-                    fresh,
-                    self.clock.now_ms(),
-                )?;
-                (step, epoch)
-            };
-            match step {
-                EndStep::NeedProducerId => {
-                    fresh = Some((self.ids)().await.map_err(TxnError::NoProducerId)?);
-                }
-                EndStep::AlreadyDone(pid, e) => return Ok((pid, e)),
-                EndStep::Write(next) => {
-                    let j = job(id, &next, epoch);
-                    let pending = next.state;
-                    let answer = state::next_producer(&next);
-                    self.persist(id, next, pending).await?;
-                    let _ = self.jobs.send(j);
-                    return Ok(answer);
-                }
+        let (step, epoch) = self
+            .decide(
+                id,
+                |m, fresh, now| {
+                    state::end(m, producer_id, producer_epoch, commit, version, fresh, now)
+                },
+                |s| matches!(s, EndStep::NeedProducerId),
+            )
+            .await?;
+        match step {
+            EndStep::NeedProducerId => unreachable!("drawn by decide"),
+            EndStep::AlreadyDone(pid, e) => Ok((pid, e)),
+            EndStep::Write(next) => {
+                let j = job(id, &next, epoch);
+                let pending = next.state;
+                let answer = state::next_producer(&next);
+                self.persist(id, next, pending).await?;
+                let _ = self.jobs.send(j);
+                Ok(answer)
             }
         }
     }
