@@ -401,11 +401,14 @@ fn new_partitions_assignment(
         return Ok(());
     };
     let added = i64::from(count) - t.partition_count() as i64;
-    if added > 0 && assignments.len() as i64 != added {
+    if added <= 0 {
+        return Ok(()); // not an increase: the catalog says so
+    }
+    if assignments.len() as i64 != added {
         return Err((
             ResponseError::InvalidReplicaAssignment.code(),
             format!(
-                "Attempted to add {added} additional partitions, but only {} assignment(s) were specified.",
+                "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
                 assignments.len()
             ),
         ));

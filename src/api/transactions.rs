@@ -736,18 +736,17 @@ pub(super) async fn add_implicitly(
             Err(unavailable)
         }
         Ok(resp) if resp.error_code != 0 => Err(resp.error_code),
-        Ok(resp) => {
-            let codes = resp
-                .results_by_transaction
-                .iter()
-                .flat_map(|t| &t.topic_results)
-                .flat_map(|t| &t.results_by_partition)
-                .map(|p| p.partition_error_code);
-            match codes.into_iter().find(|c| *c != 0) {
-                Some(c) => Err(c),
-                None => Ok(()),
-            }
-        }
+        Ok(resp) => match resp
+            .results_by_transaction
+            .iter()
+            .flat_map(|t| &t.topic_results)
+            .flat_map(|t| &t.results_by_partition)
+            .map(|p| p.partition_error_code)
+            .find(|c| *c != 0)
+        {
+            Some(c) => Err(c),
+            None => Ok(()),
+        },
     }
 }
 

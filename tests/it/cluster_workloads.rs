@@ -399,7 +399,8 @@ async fn topic_admin_sent_to_any_broker_applies_to_the_whole_cluster() {
         .with_timeout_ms(10_000)
         .with_topics(vec![CreatePartitionsTopic::default()
             .with_name(topic_name(TOPIC))
-            .with_count(5)]);
+            .with_count(5)
+            .with_assignments(None)]);
     let resp: CreatePartitionsResponse = raw_to(brokers[1])
         .await
         .call(ApiKey::CreatePartitions, 2, &grow)

@@ -235,7 +235,7 @@ async fn manual_replica_assignments_must_name_registered_brokers_once_each() {
             4,
             vec![vec![1]],
             invalid,
-            "Attempted to add 2 additional partitions, but only 1 assignment(s) were specified.",
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.",
         ),
         (
             4,
