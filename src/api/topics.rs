@@ -227,14 +227,12 @@ pub(super) async fn create_topics(
                 .collect();
             // Live brokers: alone, this one; in a cluster, those registered in etcd.
             let registered = brokers(&broker, None).len();
-            let validated =
-                check_assignment(&broker, t.assignments.iter().map(|a| &a.broker_ids[..]))
-                    .and_then(|()| {
-                        broker
-                            .catalog
-                            .validate_new_topic(&name, partitions, requested, registered, &configs)
-                            .map_err(catalog_error)
-                    });
+            let validated = new_topic_assignment(&broker, &t.assignments).and_then(|()| {
+                broker
+                    .catalog
+                    .validate_new_topic(&name, partitions, requested, registered, &configs)
+                    .map_err(catalog_error)
+            });
             let result = match (&broker.cluster, validated) {
                 (_, Err(e)) => Err(e),
                 (_, Ok((c, factor))) if req.validate_only => Ok((c, factor, None)),
@@ -344,33 +342,37 @@ pub(super) async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+fn invalid_assignment(message: String) -> (i16, String) {
+    (ResponseError::InvalidReplicaAssignment.code(), message)
+}
+
 /// Kafka's checks of a manual replica assignment (CreateTopics,
 /// CreatePartitions), each answered INVALID_REPLICA_ASSIGNMENT with Kafka's
-/// message: every partition names registered brokers, each once, and all
-/// partitions the same number of them.
+/// message: every partition names registered brokers, each once, and as
+/// many as the partitions before it (`width`: for new partitions of a
+/// topic, the replicas it has).
 fn check_assignment<'a>(
     broker: &Broker,
     assignments: impl Iterator<Item = &'a [BrokerId]>,
+    mut width: Option<usize>,
 ) -> Result<(), (i16, String)> {
     let registered: BTreeSet<i32> = brokers(broker, None).iter().map(|b| b.0).collect();
-    let invalid = |m: String| (ResponseError::InvalidReplicaAssignment.code(), m);
-    let mut width = None;
     for replicas in assignments {
         if replicas.is_empty() {
-            return Err(invalid(
+            return Err(invalid_assignment(
                 "The manual partition assignment includes an empty replica list.".into(),
             ));
         }
         let mut seen = BTreeSet::new();
         for id in replicas {
             if !seen.insert(id.0) {
-                return Err(invalid(format!(
+                return Err(invalid_assignment(format!(
                     "The manual partition assignment includes the broker {} more than once.",
                     id.0
                 )));
             }
             if !registered.contains(&id.0) {
-                return Err(invalid(format!(
+                return Err(invalid_assignment(format!(
                     "The manual partition assignment includes broker {}, but no such broker is registered.",
                     id.0
                 )));
@@ -378,15 +380,39 @@ fn check_assignment<'a>(
         }
         match width {
             Some(w) if w != replicas.len() => {
-                return Err(invalid(
-                    "All partitions in the manual partition assignment must have the same number of replicas."
-                        .into(),
-                ))
+                return Err(invalid_assignment(format!(
+                    "The manual partition assignment includes a partition with {} replica(s), but this \
+                     is not consistent with previous partitions, which have {w} replica(s).",
+                    replicas.len()
+                )))
             }
             _ => width = Some(replicas.len()),
         }
     }
     Ok(())
+}
+
+/// CreateTopics' assignment, if any: partitions 0, 1, ... each once, each
+/// passing `check_assignment`.
+fn new_topic_assignment(
+    broker: &Broker,
+    assignments: &[create_topics_request::CreatableReplicaAssignment],
+) -> Result<(), (i16, String)> {
+    let mut indexes = BTreeSet::new();
+    for a in assignments {
+        if !indexes.insert(a.partition_index) {
+            return Err(invalid_assignment(format!(
+                "Found multiple manual partition assignments for partition {}",
+                a.partition_index
+            )));
+        }
+    }
+    if indexes.iter().copied().ne(0..assignments.len() as i32) {
+        return Err(invalid_assignment(
+            "partitions should be a consecutive 0-based integer sequence".into(),
+        ));
+    }
+    check_assignment(broker, assignments.iter().map(|a| &a.broker_ids[..]), None)
 }
 
 /// CreatePartitions' assignment, if any: one per partition added, each
@@ -405,15 +431,17 @@ fn new_partitions_assignment(
         return Ok(()); // not an increase: the catalog says so
     }
     if assignments.len() as i64 != added {
-        return Err((
-            ResponseError::InvalidReplicaAssignment.code(),
-            format!(
-                "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
-                assignments.len()
-            ),
-        ));
+        return Err(invalid_assignment(format!(
+            "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        )));
     }
-    check_assignment(broker, assignments.iter().map(|a| &a.broker_ids[..]))
+    let factor = super::metadata::placement(broker, &t, 0).map(|p| p.replicas.len());
+    check_assignment(
+        broker,
+        assignments.iter().map(|a| &a.broker_ids[..]),
+        factor,
+    )
 }
 
 pub(super) async fn create_partitions(

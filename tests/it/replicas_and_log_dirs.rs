@@ -195,7 +195,7 @@ async fn manual_replica_assignments_must_name_registered_brokers_once_each() {
             "includes the broker 1 more than once",
         ),
         (
-            "ragged",
+            "empty",
             vec![vec![1], vec![]],
             invalid,
             "an empty replica list",
@@ -214,6 +214,14 @@ async fn manual_replica_assignments_must_name_registered_brokers_once_each() {
             t.error_message
         );
     }
+
+    let mut twice = create("twice-0", vec![vec![1], vec![1]]);
+    twice.topics[0].assignments[1].partition_index = 0;
+    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &twice).await;
+    assert_eq!(
+        resp.topics[0].error_message.as_deref(),
+        Some("Found multiple manual partition assignments for partition 0")
+    );
 
     let grow = |count: i32, replicas: Vec<Vec<i32>>| {
         let assignments = replicas
