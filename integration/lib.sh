@@ -78,7 +78,8 @@ kafka_classpath() {
 # and stop_broker stops it.
 start_kafka_broker() {
   local port cport cp node="${KAFKA_NODE_ID:-1}"
-  cp="$(kafka_classpath)"
+  KAFKA_CLASSPATH="${KAFKA_CLASSPATH:-$(kafka_classpath)}"  # built once per script
+  cp="$KAFKA_CLASSPATH"
   port="$(free_port)"
   cport="$(free_port)"
   BROKER_DATA="$(mktemp -d -t kafka-it-XXXXXX)"

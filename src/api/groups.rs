@@ -149,8 +149,32 @@ fn handle_find_coordinator(
 /// resolved to names here, before authorization (which is by name), and the
 /// answer names each topic by id again; an id no topic has is
 /// UNKNOWN_TOPIC_ID for each of its partitions, as in Kafka.
-pub(super) fn topic_name_by_id(b: &Broker, id: uuid::Uuid) -> Option<TopicName> {
+fn topic_name_by_id(b: &Broker, id: uuid::Uuid) -> Option<TopicName> {
     b.catalog.topic_by_id(id).map(|t| TopicName(s(t.name())))
+}
+
+/// Names the topics a request sent by id (OffsetCommit v10, TxnOffsetCommit
+/// v6): those whose id names a topic get its name and stay in `topics`, the
+/// others are returned; the map gives each name the id it was sent as.
+pub(super) fn name_topics_by_id<T>(
+    b: &Broker,
+    topics: &mut Vec<T>,
+    id_and_name: impl Fn(&mut T) -> (uuid::Uuid, &mut TopicName),
+) -> (Vec<T>, std::collections::HashMap<String, uuid::Uuid>) {
+    let mut ids = std::collections::HashMap::new();
+    let mut unknown = Vec::new();
+    for mut t in std::mem::take(topics) {
+        let (id, name) = id_and_name(&mut t);
+        match topic_name_by_id(b, id) {
+            Some(found) => {
+                ids.insert(found.to_string(), id);
+                *name = found;
+                topics.push(t);
+            }
+            None => unknown.push(t),
+        }
+    }
+    (unknown, ids)
 }
 
 fn topic_id_by_name(b: &Broker, name: &str) -> uuid::Uuid {
@@ -164,33 +188,28 @@ fn handle_offset_commit(
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
     use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
     let by_id = cx.version >= 10;
-    let mut unknown = Vec::new();
-    let mut ids = std::collections::HashMap::new();
-    if by_id {
-        for mut t in std::mem::take(&mut r.topics) {
-            match topic_name_by_id(b, t.topic_id) {
-                Some(name) => {
-                    ids.insert(name.to_string(), t.topic_id);
-                    t.name = name;
-                    r.topics.push(t);
-                }
-                None => unknown.push(
-                    OffsetCommitResponseTopic::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    OffsetCommitResponsePartition::default()
-                                        .with_partition_index(p.partition_index)
-                                        .with_error_code(ResponseError::UnknownTopicId.code())
-                                })
-                                .collect(),
-                        ),
-                ),
-            }
-        }
-    }
+    let (unknown, ids) = if by_id {
+        name_topics_by_id(b, &mut r.topics, |t| (t.topic_id, &mut t.name))
+    } else {
+        Default::default()
+    };
+    let unknown: Vec<_> = unknown
+        .into_iter()
+        .map(|t| {
+            OffsetCommitResponseTopic::default()
+                .with_topic_id(t.topic_id)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(ResponseError::UnknownTopicId.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
     let (r, denied) = authorize_offset_commit(b, cx, r);
     let pending = offset_commit(b.clone(), r, cx.version);
     async move {

@@ -337,6 +337,13 @@ pub(super) fn produce(
     });
     let broker = broker.clone();
     async move {
+        // The batches waiting to join are appended while the others' fsyncs
+        // run, not after them.
+        let mut later = Vec::new();
+        if let Some(id) = txn_v2.filter(|_| !joining.is_empty()) {
+            let joined = join_transaction(&broker, &id, joining).await;
+            later = settle(&broker, &mut responses, joined, version, wait_for_disk);
+        }
         let mut codes = match durable {
             None => Vec::new(),
             Some(task) => task.await.unwrap_or_else(|e| {
@@ -345,9 +352,7 @@ pub(super) fn produce(
             }),
         };
         let mut waits = waits;
-        if let Some(id) = txn_v2.filter(|_| !joining.is_empty()) {
-            let joined = join_transaction(&broker, &id, joining).await;
-            let later = settle(&broker, &mut responses, joined, version, wait_for_disk);
+        if !later.is_empty() {
             let ends = later.iter().map(|(_, p, end)| (p.as_ref(), *end));
             codes.extend(wait_durable(ends, timeout).await);
             waits.extend(later);

@@ -123,27 +123,20 @@ fn handle_txn_offset_commit(
     cx: &Ctx<'_>,
 ) -> impl Future<Output = TxnOffsetCommitResponse> + Send + 'static {
     let by_id = cx.version >= 6;
-    let mut unknown = Vec::new();
-    let mut ids = BTreeMap::new();
-    if by_id {
-        for mut t in std::mem::take(&mut r.topics) {
-            match super::groups::topic_name_by_id(b, t.topic_id) {
-                Some(name) => {
-                    ids.insert(name.to_string(), t.topic_id);
-                    t.name = name;
-                    r.topics.push(t);
-                }
-                None => unknown.push(
-                    TxnOffsetCommitResponseTopic::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(partition_codes(
-                            &t.partitions,
-                            ResponseError::UnknownTopicId.code(),
-                        )),
-                ),
-            }
-        }
-    }
+    let (unknown, ids) = if by_id {
+        super::groups::name_topics_by_id(b, &mut r.topics, |t| (t.topic_id, &mut t.name))
+    } else {
+        Default::default()
+    };
+    let unknown: Vec<_> = unknown
+        .into_iter()
+        .map(|t| {
+            let code = ResponseError::UnknownTopicId.code();
+            TxnOffsetCommitResponseTopic::default()
+                .with_topic_id(t.topic_id)
+                .with_partitions(partition_codes(&t.partitions, code))
+        })
+        .collect();
     let (r, denied) = authorize_txn_offset_commit(b, cx, r);
     let pending = txn_offset_commit(b.clone(), r, cx.version);
     async move {
