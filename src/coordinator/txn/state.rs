@@ -469,6 +469,11 @@ pub(crate) fn end(
             }
             Ok(EndStep::Write(next))
         }
+        // Under v2 the epoch matches only the next transaction's: it ends
+        // while the previous one's markers are still being written.
+        TxnState::PrepareCommit | TxnState::PrepareAbort if m.transaction_version >= 2 => {
+            Err(TxnError::ConcurrentTransactions)
+        }
         s if s == complete && m.transaction_version < 2 => {
             Ok(EndStep::AlreadyDone(m.producer_id, m.producer_epoch))
         }
@@ -881,6 +886,12 @@ mod tests {
         assert_eq!(
             end(Some(&done), 100, 4, true, 2, None, 5),
             Err(TxnError::InvalidTxnState)
+        );
+        // The next transaction's abort, before the markers of this one are
+        // written, waits for them.
+        assert_eq!(
+            end(Some(&p), 100, 4, false, 2, None, 4),
+            Err(TxnError::ConcurrentTransactions)
         );
         // An abort of a transaction that added nothing still bumps the
         // epoch, fencing its batches still on the way; it has no markers.
