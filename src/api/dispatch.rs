@@ -48,7 +48,7 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, topics, transactions, txn_markers, versions, Broker, Reply,
+    scram_credentials, streams_groups, topics, transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub(super) struct Api {
@@ -195,6 +195,9 @@ pub(super) const APIS: &[Api] = &[
     partitions::DESCRIBE_TOPIC_PARTITIONS,
     consumer_groups::CONSUMER_GROUP_HEARTBEAT,
     consumer_groups::CONSUMER_GROUP_DESCRIBE,
+    streams_groups::STREAMS_GROUP_HEARTBEAT,
+    streams_groups::STREAMS_GROUP_DESCRIBE,
+    streams_groups::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,
     txn_markers::WRITE_TXN_MARKERS,
     producers::DESCRIBE_PRODUCERS,
     scram_credentials::SASL_HANDSHAKE,

@@ -73,6 +73,9 @@ struct Feature {
 /// offered because Kafka offers it.
 pub(crate) const TRANSACTION_VERSION: &str = "transaction.version";
 
+/// Kafka Streams' rebalance protocol (KIP-1071) from level 1.
+pub(crate) const STREAMS_VERSION: &str = "streams.version";
+
 const FEATURES: &[Feature] = &[
     Feature {
         name: GROUP_VERSION,
@@ -83,6 +86,11 @@ const FEATURES: &[Feature] = &[
         name: TRANSACTION_VERSION,
         max: 2,
         default: 2,
+    },
+    Feature {
+        name: STREAMS_VERSION,
+        max: 1,
+        default: 1,
     },
 ];
 

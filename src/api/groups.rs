@@ -483,6 +483,8 @@ pub(super) fn error_code(e: &CoordinatorError) -> i16 {
         CoordinatorError::RebalanceInProgress => ResponseError::RebalanceInProgress,
         CoordinatorError::FencedInstanceId => ResponseError::FencedInstanceId,
         CoordinatorError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        CoordinatorError::GroupNotFound(_) => ResponseError::GroupIdNotFound,
+        CoordinatorError::StreamsInvalidTopology(_) => ResponseError::StreamsInvalidTopology,
         CoordinatorError::NonEmptyGroup => ResponseError::NonEmptyGroup,
         CoordinatorError::OffsetMetadataTooLarge(_) => ResponseError::OffsetMetadataTooLarge,
         CoordinatorError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,

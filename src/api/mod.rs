@@ -39,6 +39,7 @@ mod producers;
 mod quorum;
 mod quotas;
 mod scram_credentials;
+mod streams_groups;
 mod topics;
 mod transactions;
 mod txn_markers;

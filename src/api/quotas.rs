@@ -177,7 +177,8 @@ throttled!(
     ConsumerGroupDescribeResponse, DescribeProducersResponse, DescribeUserScramCredentialsResponse,
     AlterUserScramCredentialsResponse, ListConfigResourcesResponse, CreateDelegationTokenResponse,
     RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
-    UpdateFeaturesResponse;
+    UpdateFeaturesResponse, StreamsGroupHeartbeatResponse, StreamsGroupDescribeResponse,
+    StreamsGroupTopologyDescriptionUpdateResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

@@ -136,6 +136,8 @@ pub(crate) struct Group {
     /// Set while the group runs the consumer protocol (KIP-848) instead;
     /// the classic state above is then empty. Offsets are shared.
     pub consumer: Option<super::consumer::ConsumerGroup>,
+    /// Set while the group is a Streams group (KIP-1071).
+    pub streams: Option<super::streams::StreamsGroup>,
 }
 
 impl Group {
@@ -155,6 +157,7 @@ impl Group {
             rebalance: None,
             dirty: false,
             consumer: None,
+            streams: None,
         }
     }
 
@@ -279,7 +282,9 @@ impl Group {
 
     /// Members under either protocol.
     pub(crate) fn has_members(&self) -> bool {
-        !self.members.is_empty() || self.consumer.as_ref().is_some_and(|c| c.has_members())
+        !self.members.is_empty()
+            || self.consumer.as_ref().is_some_and(|c| c.has_members())
+            || self.streams.as_ref().is_some_and(|s| s.has_members())
     }
 
     fn key_of(&self, id: &str) -> Option<u64> {
@@ -908,6 +913,7 @@ mod tests {
                     offsets_topic_segment_bytes: 1 << 20,
                     wait_for_fsync: false,
                     consumer: Default::default(),
+                    streams: Default::default(),
                 },
             }
         }

@@ -7,9 +7,9 @@
 //! are stored (the catalog, or etcd in a cluster) is the API layer's
 //! business; it hands every change to [`GroupConfigs`], which the
 //! coordinator reads each time it answers a heartbeat or expires a session.
-//! The consumer configs take effect on the next heartbeat. The share and
-//! streams configs are kept and described for the share and Streams group
-//! protocols, which this broker does not serve yet.
+//! The consumer and streams configs take effect on the next heartbeat. The
+//! share configs are kept and described for the share group protocol, which
+//! this broker does not serve yet.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use super::consumer::ConsumerGroupConfig;
+use super::streams::StreamsGroupConfig;
 use crate::catalog::config::{check, def, list_items, ConfigDef, ConfigType, Valid};
 
 pub(crate) type Configs = BTreeMap<String, String>;
@@ -410,6 +411,33 @@ impl GroupConfigs {
         }
         if let Some(d) = ms(CONSUMER_HEARTBEAT_INTERVAL_MS) {
             cfg.heartbeat_interval = d;
+        }
+        Cow::Owned(cfg)
+    }
+
+    /// The broker's streams group settings with the group's overrides.
+    pub(crate) fn streams<'a>(
+        &self,
+        group: &str,
+        broker: &'a StreamsGroupConfig,
+    ) -> Cow<'a, StreamsGroupConfig> {
+        let all = self.0.read();
+        let Some(configs) = all.get(group) else {
+            return Cow::Borrowed(broker);
+        };
+        let num = |name: &str| configs.get(name).and_then(|v| v.trim().parse::<u64>().ok());
+        let mut cfg = broker.clone();
+        if let Some(v) = num("streams.session.timeout.ms") {
+            cfg.session_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = num("streams.heartbeat.interval.ms") {
+            cfg.heartbeat_interval = Duration::from_millis(v);
+        }
+        if let Some(v) = num("streams.num.standby.replicas") {
+            cfg.num_standby_replicas = v as u32;
+        }
+        if let Some(v) = num("streams.initial.rebalance.delay.ms") {
+            cfg.initial_rebalance_delay = Duration::from_millis(v);
         }
         Cow::Owned(cfg)
     }

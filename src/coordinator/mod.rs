@@ -17,6 +17,9 @@ pub(crate) mod group_config;
 pub(crate) mod migration;
 pub(crate) mod records;
 pub(crate) mod store;
+pub(crate) mod streams;
+pub(crate) mod streams_records;
+pub(crate) mod task_assignor;
 pub(crate) mod txn;
 
 #[cfg(test)]
@@ -63,6 +66,11 @@ pub(crate) enum CoordinatorError {
     FencedInstanceId,
     #[error("the group does not exist")]
     GroupIdNotFound,
+    /// GROUP_ID_NOT_FOUND with Kafka's wording for the case.
+    #[error("{0}")]
+    GroupNotFound(String),
+    #[error("{0}")]
+    StreamsInvalidTopology(String),
     #[error("the group still has members")]
     NonEmptyGroup,
     #[error("offset metadata is larger than {0} bytes")]
@@ -116,6 +124,7 @@ pub struct CoordinatorConfig {
     pub offsets_topic_segment_bytes: i32,
     pub wait_for_fsync: bool,
     pub consumer: ConsumerGroupConfig,
+    pub streams: streams::StreamsGroupConfig,
 }
 
 /// One committed offset to store.
@@ -144,7 +153,7 @@ pub(crate) struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: &'static str,
-    /// "classic" or "consumer".
+    /// "classic", "consumer" or "streams".
     pub group_type: &'static str,
 }
 
@@ -155,6 +164,17 @@ pub(crate) struct ConsumerGroupDescription {
     pub assignment_epoch: i32,
     pub assignor: String,
     pub members: Vec<ConsumerMemberDescription>,
+}
+
+/// A Streams group, for StreamsGroupDescribe.
+pub(crate) struct StreamsGroupDescription {
+    pub state: &'static str,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub topology: Option<streams_records::Topology>,
+    pub configured: Option<streams::Configured>,
+    /// Each member and its target.
+    pub members: Vec<(streams::Member, task_assignor::TaskSet)>,
 }
 
 /// Partitions by topic: (id, name, partitions).
@@ -307,6 +327,14 @@ impl GroupCoordinator {
             let group = groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id, self.clock.now_ms()));
+            // An empty Streams group becomes a classic one, as in Kafka.
+            if let Some(sg) = &group.streams {
+                if sg.has_members() {
+                    return Err(CoordinatorError::InconsistentGroupProtocol);
+                }
+                self.store.append(&sg.tombstones())?;
+                group.streams = None;
+            }
             if let Some(cg) = &mut group.consumer {
                 // A consumer group with members takes the classic member in
                 // (online migration); an empty one becomes a classic group,
@@ -500,6 +528,17 @@ impl GroupCoordinator {
             };
             if let Some(cg) = &group.consumer {
                 check_consumer_commit(cg, who)?;
+            } else if let Some(sg) = &group.streams {
+                let partitions: Vec<(String, i32)> = offsets
+                    .iter()
+                    .map(|c| (c.topic.clone(), c.partition))
+                    .collect();
+                sg.check_commit(
+                    &who.member_id,
+                    who.generation,
+                    Some(who.version),
+                    &partitions,
+                )?;
             } else if simple {
                 if group.has_members() {
                     return Err(CoordinatorError::UnknownMemberId);
@@ -597,7 +636,15 @@ impl GroupCoordinator {
                 let g = groups
                     .get(group_id)
                     .ok_or(CoordinatorError::IllegalGeneration)?;
+                if let Some(sg) = &g.streams {
+                    let partitions: Vec<(String, i32)> = offsets
+                        .iter()
+                        .map(|c| (c.topic.clone(), c.partition))
+                        .collect();
+                    sg.check_commit(&who.member_id, who.generation, None, &partitions)?;
+                }
                 match &g.consumer {
+                    None if g.streams.is_some() => {}
                     Some(cg) => {
                         let m = cg
                             .member(&who.member_id)
@@ -736,12 +783,15 @@ impl GroupCoordinator {
     ) -> Result<(), CoordinatorError> {
         self.check_active()?;
         let groups = self.groups.lock();
-        let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
-            return Ok(());
-        };
         if member_id.is_none() && member_epoch < 0 {
             return Ok(());
         }
+        if let Some(sg) = groups.get(group_id).and_then(|g| g.streams.as_ref()) {
+            return sg.check_fetch(member_id.unwrap_or_default(), member_epoch);
+        }
+        let Some(cg) = groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
+            return Ok(());
+        };
         let m = member_id
             .and_then(|id| cg.member(id))
             .ok_or(CoordinatorError::UnknownMemberId)?;
@@ -793,6 +843,11 @@ impl GroupCoordinator {
                     .or_insert_with(|| Group::new(group_id, now_ms)),
                 None => return Err(CoordinatorError::GroupIdNotFound),
             };
+            if group.streams.is_some() {
+                return Err(CoordinatorError::GroupNotFound(format!(
+                    "Group {group_id} is not a consumer group."
+                )));
+            }
             if group.consumer.is_none() && joining && group.has_members() {
                 migration::upgrade(group, &topics, &self.config, now, now_ms, &mut records)?;
             }
@@ -911,6 +966,91 @@ impl GroupCoordinator {
         })
     }
 
+    /// StreamsGroupHeartbeat. A member joining (epoch 0) creates the group,
+    /// or takes over an empty classic one (or one only offsets were
+    /// committed to, as by a reset before the application first ran).
+    pub(crate) async fn streams_heartbeat(
+        &self,
+        group_id: &str,
+        params: streams::HeartbeatParams,
+    ) -> Result<streams::HeartbeatResult, CoordinatorError> {
+        self.check_active()?;
+        streams::validate(group_id, &params)?;
+        let topics = self.topics();
+        let mut records = Vec::new();
+        let (result, end) = {
+            let mut groups = self.groups.lock();
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            let joining = params.member_epoch == 0;
+            let not_streams = || {
+                CoordinatorError::GroupNotFound(format!("Group {group_id} is not a streams group."))
+            };
+            let group = match groups.get_mut(group_id) {
+                Some(g) => g,
+                None if joining => groups
+                    .entry(group_id.to_string())
+                    .or_insert_with(|| Group::new(group_id, now_ms)),
+                None => {
+                    return Err(CoordinatorError::GroupNotFound(format!(
+                        "Streams group {group_id} not found."
+                    )))
+                }
+            };
+            if group.streams.is_none() {
+                if !joining || group.consumer.is_some() || group.has_members() {
+                    return Err(not_streams());
+                }
+                if group.protocol_type.is_some() {
+                    records.push((
+                        RecordKey::Group {
+                            group: group_id.to_string(),
+                        },
+                        None,
+                    ));
+                }
+                let offsets = std::mem::take(&mut group.offsets);
+                *group = Group::new(group_id, now_ms);
+                group.offsets = offsets;
+                group.streams = Some(streams::StreamsGroup::new(group_id, now_ms));
+            }
+            let sg = group.streams.as_mut().expect("set above");
+            let cfg = self.group_configs.streams(group_id, &self.config.streams);
+            let result = sg.heartbeat(params, now, now_ms, &topics, &cfg, &mut records);
+            (result, self.store.append(&records)?)
+        };
+        if !records.is_empty() {
+            self.store.durable(end).await?;
+        }
+        result
+    }
+
+    /// StreamsGroupDescribe: GROUP_ID_NOT_FOUND unless it is a Streams group.
+    pub(crate) fn streams_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<StreamsGroupDescription, CoordinatorError> {
+        self.check_active()?;
+        let topics = self.topics();
+        let groups = self.groups.lock();
+        let g = groups.get(group_id).ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} not found."))
+        })?;
+        let sg = g.streams.as_ref().ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} is not a streams group."))
+        })?;
+        Ok(StreamsGroupDescription {
+            state: sg.state(),
+            epoch: sg.epoch,
+            assignment_epoch: sg.assignment_epoch,
+            topology: sg.topology.clone(),
+            configured: sg.configured(&topics),
+            members: sg
+                .members()
+                .map(|m| (m.clone(), sg.target_of(&m.id).cloned().unwrap_or_default()))
+                .collect(),
+        })
+    }
+
     /// Committed offsets of a group: the named partitions, or all of them.
     pub(crate) fn fetch_offsets(
         &self,
@@ -948,6 +1088,12 @@ impl GroupCoordinator {
         let mut out: Vec<GroupListing> = groups
             .values()
             .map(|g| match &g.consumer {
+                None if g.streams.is_some() => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: "streams".to_string(),
+                    state: g.streams.as_ref().map_or("Empty", |s| s.state()),
+                    group_type: "streams",
+                },
                 Some(cg) => GroupListing {
                     group_id: g.id.clone(),
                     protocol_type: "consumer".to_string(),
@@ -971,7 +1117,7 @@ impl GroupCoordinator {
     pub(crate) fn describe(&self, group_id: &str) -> Result<GroupDescription, NotDescribed> {
         let groups = self.groups.lock();
         let g = groups.get(group_id).ok_or(NotDescribed::NotFound)?;
-        if g.consumer.is_some() {
+        if g.consumer.is_some() || g.streams.is_some() {
             return Err(NotDescribed::NotClassic);
         }
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -1025,9 +1171,10 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        match &group.consumer {
-            Some(cg) => records.extend(cg.tombstones()),
-            None => records.push((
+        match (&group.consumer, &group.streams) {
+            (Some(cg), _) => records.extend(cg.tombstones()),
+            (_, Some(sg)) => records.extend(sg.tombstones()),
+            (None, None) => records.push((
                 RecordKey::Group {
                     group: group_id.to_string(),
                 },
@@ -1051,6 +1198,10 @@ impl GroupCoordinator {
             .ok_or(CoordinatorError::GroupIdNotFound)?;
         let has_members = group.has_members();
         let subscribed: Vec<String> = match &mut group.consumer {
+            None if group.streams.is_some() => match group.streams.as_ref() {
+                Some(sg) if has_members => sg.input_topics().into_iter().collect(),
+                _ => Vec::new(),
+            },
             Some(cg) => {
                 let topics = self.topics();
                 cg.subscribed_topics(&topics).into_iter().collect()
@@ -1141,6 +1292,24 @@ impl GroupCoordinator {
                     }
                 }
             }
+            let expired = g
+                .streams
+                .as_ref()
+                .map(|sg| {
+                    sg.expired(
+                        now,
+                        &self.group_configs.streams(&g.id, &self.config.streams),
+                    )
+                })
+                .unwrap_or_default();
+            if !expired.is_empty() {
+                tracing::info!(group = %g.id, members = ?expired, "streams group members expired");
+                let topics = topics.get_or_insert_with(|| self.topics());
+                let cfg = self.group_configs.streams(&g.id, &self.config.streams);
+                if let Some(sg) = &mut g.streams {
+                    sg.remove_members(&expired, now_ms, topics, &cfg, &mut tombstones);
+                }
+            }
             g.tick(now, now_ms, &self.config);
             self.persist_group(g);
             if expire_offsets && g.state == GroupState::Empty && !g.has_members() {
@@ -1156,13 +1325,16 @@ impl GroupCoordinator {
         // UNKNOWN_MEMBER_ID (and rejoins), not GROUP_ID_NOT_FOUND.
         let dead: Vec<String> = groups
             .values()
-            .filter(|g| g.is_idle() && (expire_offsets || g.consumer.is_none()))
+            .filter(|g| {
+                g.is_idle() && (expire_offsets || (g.consumer.is_none() && g.streams.is_none()))
+            })
             .map(|g| g.id.clone())
             .collect();
         for id in dead {
-            match groups.remove(&id).and_then(|g| g.consumer) {
-                Some(cg) => tombstones.extend(cg.tombstones()),
-                None => tombstones.push((RecordKey::Group { group: id }, None)),
+            match groups.remove(&id).map(|g| (g.consumer, g.streams)) {
+                Some((Some(cg), _)) => tombstones.extend(cg.tombstones()),
+                Some((_, Some(sg))) => tombstones.extend(sg.tombstones()),
+                _ => tombstones.push((RecordKey::Group { group: id }, None)),
             }
         }
         if let Err(e) = self.store.append(&tombstones) {
@@ -1229,6 +1401,9 @@ async fn load(
     for g in groups.values_mut() {
         if let Some(cg) = &mut g.consumer {
             cg.finish_restore(now);
+        }
+        if let Some(sg) = &mut g.streams {
+            sg.finish_restore(now);
         }
     }
     Ok((groups, txn))
@@ -1346,6 +1521,12 @@ fn restore_consumer(
                     consumer_of(groups, &group).restore_current(&member, v, now);
                 }
             }
+            key @ (RecordKey::StreamsGroup { .. }
+            | RecordKey::StreamsMember { .. }
+            | RecordKey::StreamsTargetAssignment { .. }
+            | RecordKey::StreamsTargetMember { .. }
+            | RecordKey::StreamsCurrentAssignment { .. }
+            | RecordKey::StreamsTopology { .. }) => restore_streams(groups, key, value, now)?,
             // Kafka 4.1 no longer writes partition metadata (the epoch
             // record's metadata hash replaced it); older records are skipped.
             _ => {}
@@ -1355,6 +1536,72 @@ fn restore_consumer(
     if let Err(e) = result {
         tracing::warn!(error = %e, "skipping unreadable consumer group record");
     }
+}
+
+/// Replays one Streams group record (keys 17 to 23). A tombstone of the
+/// group's epoch record ends the group (its offsets stay).
+fn restore_streams(
+    groups: &mut HashMap<String, Group>,
+    key: RecordKey,
+    value: Option<Bytes>,
+    now: Instant,
+) -> Result<(), records::RecordError> {
+    use streams_records as sr;
+    let (group, member) = match &key {
+        RecordKey::StreamsMember { group, member }
+        | RecordKey::StreamsTargetMember { group, member }
+        | RecordKey::StreamsCurrentAssignment { group, member } => (group.clone(), member.clone()),
+        RecordKey::StreamsGroup { group }
+        | RecordKey::StreamsTargetAssignment { group }
+        | RecordKey::StreamsTopology { group } => (group.clone(), String::new()),
+        _ => return Ok(()),
+    };
+    let exists = groups.get(&group).is_some_and(|g| g.streams.is_some());
+    if value.is_none() && !exists {
+        return Ok(());
+    }
+    if let (RecordKey::StreamsGroup { .. }, None) = (&key, &value) {
+        if let Some(g) = groups.get_mut(&group) {
+            g.streams = None;
+            if g.offsets.is_empty() {
+                groups.remove(&group);
+            }
+        }
+        return Ok(());
+    }
+    let g = groups
+        .entry(group.clone())
+        .or_insert_with(|| Group::new(&group, 0));
+    let sg = g
+        .streams
+        .get_or_insert_with(|| streams::StreamsGroup::new(&group, 0));
+    let v = value.as_deref();
+    match key {
+        RecordKey::StreamsGroup { .. } => {
+            sg.restore_group(sr::StreamsGroupValue::decode(v.unwrap_or_default())?)
+        }
+        RecordKey::StreamsTopology { .. } => {
+            sg.restore_topology(v.map(sr::Topology::decode).transpose()?)
+        }
+        RecordKey::StreamsMember { .. } => sg.restore_member(
+            &member,
+            v.map(sr::StreamsMemberValue::decode).transpose()?,
+            now,
+        ),
+        RecordKey::StreamsTargetMember { .. } => {
+            sg.restore_target(&member, v.map(sr::decode_target).transpose()?)
+        }
+        RecordKey::StreamsTargetAssignment { .. } => {
+            sg.restore_assignment_epoch(v.map(records::decode_assignment_epoch).transpose()?)
+        }
+        RecordKey::StreamsCurrentAssignment { .. } => {
+            if let Some(v) = v {
+                sg.restore_current(&member, sr::StreamsCurrentValue::decode(v)?, now);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn consumer_of<'a>(groups: &'a mut HashMap<String, Group>, id: &str) -> &'a mut ConsumerGroup {
@@ -1393,9 +1640,10 @@ fn check_consumer_commit(cg: &ConsumerGroup, who: &Committer) -> Result<(), Coor
 /// Offsets of an empty group past retention (KIP-211: counted from when the
 /// group became empty; for groups that never had members, from the commit).
 fn expire(g: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<(RecordKey, Option<Bytes>)> {
-    let since_empty = match &g.consumer {
-        Some(cg) => Some(cg.empty_since_ms),
-        None => g.protocol_type.is_some().then_some(g.state_since_ms),
+    let since_empty = match (&g.consumer, &g.streams) {
+        (Some(cg), _) => Some(cg.empty_since_ms),
+        (_, Some(sg)) => Some(sg.empty_since_ms),
+        _ => g.protocol_type.is_some().then_some(g.state_since_ms),
     };
     let gone: Vec<(String, i32)> = g
         .offsets
@@ -1476,6 +1724,7 @@ mod tests {
             offsets_topic_segment_bytes: 1 << 20,
             wait_for_fsync: false,
             consumer: Default::default(),
+            streams: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(1));
@@ -1556,6 +1805,7 @@ mod tests {
             offsets_topic_segment_bytes: 1 << 20,
             wait_for_fsync: false,
             consumer: Default::default(),
+            streams: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(2));

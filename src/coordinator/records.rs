@@ -8,7 +8,8 @@
 //! 4.1), each member's subscription (5), the target assignment's epoch (6)
 //! and per-member target (7), and each member's current assignment (8).
 //! Their values use Kafka's flexible encoding (compact strings and arrays,
-//! tagged fields). A null value is a tombstone.
+//! tagged fields). A null value is a tombstone. Versions 17 and 19 to 23
+//! are a Streams group's (KIP-1071), whose values `streams_records` codes.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
@@ -43,6 +44,27 @@ pub(crate) enum RecordKey {
     CurrentAssignment {
         group: String,
         member: String,
+    },
+    StreamsGroup {
+        group: String,
+    },
+    StreamsMember {
+        group: String,
+        member: String,
+    },
+    StreamsTargetAssignment {
+        group: String,
+    },
+    StreamsTargetMember {
+        group: String,
+        member: String,
+    },
+    StreamsCurrentAssignment {
+        group: String,
+        member: String,
+    },
+    StreamsTopology {
+        group: String,
     },
 }
 
@@ -157,7 +179,7 @@ pub(crate) struct GroupValue {
 
 #[derive(Debug, thiserror::Error)]
 #[error("malformed __consumer_offsets record: {0}")]
-pub(crate) struct RecordError(String);
+pub(crate) struct RecordError(pub(super) String);
 
 impl RecordKey {
     pub(crate) fn encode(&self) -> Bytes {
@@ -204,6 +226,27 @@ impl RecordKey {
                 put_str(&mut b, group);
                 put_str(&mut b, member);
             }
+            RecordKey::StreamsGroup { group }
+            | RecordKey::StreamsTargetAssignment { group }
+            | RecordKey::StreamsTopology { group } => {
+                b.put_i16(match self {
+                    RecordKey::StreamsGroup { .. } => 17,
+                    RecordKey::StreamsTargetAssignment { .. } => 20,
+                    _ => 23,
+                });
+                put_str(&mut b, group);
+            }
+            RecordKey::StreamsMember { group, member }
+            | RecordKey::StreamsTargetMember { group, member }
+            | RecordKey::StreamsCurrentAssignment { group, member } => {
+                b.put_i16(match self {
+                    RecordKey::StreamsMember { .. } => 19,
+                    RecordKey::StreamsTargetMember { .. } => 21,
+                    _ => 22,
+                });
+                put_str(&mut b, group);
+                put_str(&mut b, member);
+            }
         }
         b.freeze()
     }
@@ -234,6 +277,23 @@ impl RecordKey {
                     5 => RecordKey::ConsumerMember { group, member },
                     7 => RecordKey::TargetMember { group, member },
                     _ => RecordKey::CurrentAssignment { group, member },
+                })
+            }
+            v @ (17 | 20 | 23) => {
+                let group = get_str(&mut b)?;
+                Ok(match v {
+                    17 => RecordKey::StreamsGroup { group },
+                    20 => RecordKey::StreamsTargetAssignment { group },
+                    _ => RecordKey::StreamsTopology { group },
+                })
+            }
+            v @ (19 | 21 | 22) => {
+                let group = get_str(&mut b)?;
+                let member = get_str(&mut b)?;
+                Ok(match v {
+                    19 => RecordKey::StreamsMember { group, member },
+                    21 => RecordKey::StreamsTargetMember { group, member },
+                    _ => RecordKey::StreamsCurrentAssignment { group, member },
                 })
             }
             v => Err(RecordError(format!("unknown key version {v}"))),
@@ -532,7 +592,7 @@ fn get_topic_partitions(b: &mut &[u8]) -> Result<TopicPartitions, RecordError> {
     Ok(out)
 }
 
-fn put_uvarint(b: &mut BytesMut, mut v: u64) {
+pub(super) fn put_uvarint(b: &mut BytesMut, mut v: u64) {
     while v >= 0x80 {
         b.put_u8((v as u8) | 0x80);
         v >>= 7;
@@ -540,7 +600,7 @@ fn put_uvarint(b: &mut BytesMut, mut v: u64) {
     b.put_u8(v as u8);
 }
 
-fn get_uvarint(b: &mut &[u8]) -> Result<u64, RecordError> {
+pub(super) fn get_uvarint(b: &mut &[u8]) -> Result<u64, RecordError> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         need(b, 1)?;
@@ -555,11 +615,11 @@ fn get_uvarint(b: &mut &[u8]) -> Result<u64, RecordError> {
 
 /// A compact array or string length: the stored value minus one; a null
 /// (stored 0) reads as empty.
-fn get_compact_len(b: &mut &[u8]) -> Result<usize, RecordError> {
+pub(super) fn get_compact_len(b: &mut &[u8]) -> Result<usize, RecordError> {
     Ok(get_uvarint(b)?.saturating_sub(1) as usize)
 }
 
-fn put_compact_opt_str(b: &mut BytesMut, s: Option<&str>) {
+pub(super) fn put_compact_opt_str(b: &mut BytesMut, s: Option<&str>) {
     match s {
         Some(s) => {
             put_uvarint(b, s.len() as u64 + 1);
@@ -569,7 +629,7 @@ fn put_compact_opt_str(b: &mut BytesMut, s: Option<&str>) {
     }
 }
 
-fn get_compact_opt_str(b: &mut &[u8]) -> Result<Option<String>, RecordError> {
+pub(super) fn get_compact_opt_str(b: &mut &[u8]) -> Result<Option<String>, RecordError> {
     let len = get_uvarint(b)?;
     if len == 0 {
         return Ok(None);
@@ -582,7 +642,7 @@ fn get_compact_opt_str(b: &mut &[u8]) -> Result<Option<String>, RecordError> {
 }
 
 /// A tagged-fields section: (tag, data) pairs.
-fn get_tagged<'a>(b: &mut &'a [u8]) -> Result<Vec<(u64, &'a [u8])>, RecordError> {
+pub(super) fn get_tagged<'a>(b: &mut &'a [u8]) -> Result<Vec<(u64, &'a [u8])>, RecordError> {
     let count = get_uvarint(b)?;
     let mut out = Vec::new();
     for _ in 0..count {
@@ -612,24 +672,24 @@ fn put_bytes(b: &mut BytesMut, v: &[u8]) {
     b.put_slice(v);
 }
 
-fn need(b: &[u8], n: usize) -> Result<(), RecordError> {
+pub(super) fn need(b: &[u8], n: usize) -> Result<(), RecordError> {
     if b.remaining() < n {
         return Err(RecordError("truncated".into()));
     }
     Ok(())
 }
 
-fn get_i16(b: &mut &[u8]) -> Result<i16, RecordError> {
+pub(super) fn get_i16(b: &mut &[u8]) -> Result<i16, RecordError> {
     need(b, 2)?;
     Ok(b.get_i16())
 }
 
-fn get_i32(b: &mut &[u8]) -> Result<i32, RecordError> {
+pub(super) fn get_i32(b: &mut &[u8]) -> Result<i32, RecordError> {
     need(b, 4)?;
     Ok(b.get_i32())
 }
 
-fn get_i64(b: &mut &[u8]) -> Result<i64, RecordError> {
+pub(super) fn get_i64(b: &mut &[u8]) -> Result<i64, RecordError> {
     need(b, 8)?;
     Ok(b.get_i64())
 }

@@ -335,6 +335,49 @@ pub struct BrokerConfig {
     )]
     pub group_consumer_migration_policy: crate::coordinator::migration::MigrationPolicy,
 
+    /// How often Streams group members heartbeat (group.streams.heartbeat.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5000
+    )]
+    pub group_streams_heartbeat_interval_ms: u64,
+
+    /// Streams group members not heard from for this long are removed
+    /// (group.streams.session.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_SESSION_TIMEOUT_MS",
+        default_value_t = 45000
+    )]
+    pub group_streams_session_timeout_ms: u64,
+
+    /// Standby replicas of each stateful task (group.streams.num.standby.replicas).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_NUM_STANDBY_REPLICAS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=2)
+    )]
+    pub group_streams_num_standby_replicas: u32,
+
+    /// How long a new Streams group waits for more members before its first
+    /// assignment (group.streams.initial.rebalance.delay.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_INITIAL_REBALANCE_DELAY_MS",
+        default_value_t = 3000
+    )]
+    pub group_streams_initial_rebalance_delay_ms: u64,
+
+    /// Most members a Streams group may have (group.streams.max.size).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_MAX_SIZE",
+        default_value_t = i32::MAX as u64
+    )]
+    pub group_streams_max_size: u64,
+
     /// How long committed offsets of an empty group are kept (offsets.retention.minutes).
     #[arg(
         long,
@@ -711,6 +754,15 @@ impl BrokerConfig {
                 max_size: self.group_consumer_max_size as usize,
                 migration: self.group_consumer_migration_policy,
             },
+            streams: crate::coordinator::streams::StreamsGroupConfig {
+                heartbeat_interval: Duration::from_millis(self.group_streams_heartbeat_interval_ms),
+                session_timeout: Duration::from_millis(self.group_streams_session_timeout_ms),
+                num_standby_replicas: self.group_streams_num_standby_replicas,
+                initial_rebalance_delay: Duration::from_millis(
+                    self.group_streams_initial_rebalance_delay_ms,
+                ),
+                max_size: self.group_streams_max_size as usize,
+            },
         }
     }
 
@@ -916,6 +968,31 @@ impl BrokerConfig {
                 "group.consumer.migration.policy",
                 self.group_consumer_migration_policy.name().to_string(),
                 Str,
+            ),
+            c(
+                "group.streams.heartbeat.interval.ms",
+                self.group_streams_heartbeat_interval_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.streams.session.timeout.ms",
+                self.group_streams_session_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.streams.num.standby.replicas",
+                self.group_streams_num_standby_replicas.to_string(),
+                Int,
+            ),
+            c(
+                "group.streams.initial.rebalance.delay.ms",
+                self.group_streams_initial_rebalance_delay_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.streams.max.size",
+                self.group_streams_max_size.to_string(),
+                Int,
             ),
             c(
                 "offsets.retention.minutes",
