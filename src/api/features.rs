@@ -367,7 +367,11 @@ mod tests {
     fn finalized(group_version: i16) -> Finalized {
         Finalized {
             epoch: 3,
-            levels: BTreeMap::from([(GROUP_VERSION, group_version), (TRANSACTION_VERSION, 2)]),
+            levels: BTreeMap::from([
+                (GROUP_VERSION, group_version),
+                (TRANSACTION_VERSION, 2),
+                (STREAMS_VERSION, 1),
+            ]),
         }
     }
 
@@ -380,6 +384,7 @@ mod tests {
         let f = Finalized::from_stored(&BTreeMap::new());
         assert_eq!((f.epoch, f.level(GROUP_VERSION)), (0, 1));
         assert_eq!(f.level(TRANSACTION_VERSION), 2);
+        assert_eq!(f.level(STREAMS_VERSION), 1);
         assert_eq!(f.level("share.version"), 0);
     }
 

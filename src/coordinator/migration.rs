@@ -259,6 +259,7 @@ mod tests {
             offsets_topic_segment_bytes: 1 << 20,
             wait_for_fsync: false,
             consumer: Default::default(),
+            streams: Default::default(),
         };
         config.consumer.migration = policy;
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();

@@ -1408,3 +1408,437 @@ fn member_key(group: &str, member: &str, kind: u8) -> RecordKey {
         _ => RecordKey::StreamsCurrentAssignment { group, member },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use crate::coordinator::consumer::TopicMeta;
+    use crate::coordinator::group::Group;
+    use crate::coordinator::streams_records::{Subtopology, TopicInfo};
+
+    fn topic(n: u128, partitions: i32) -> TopicMeta {
+        TopicMeta {
+            id: Uuid::from_u128(n),
+            partitions,
+            internal: false,
+        }
+    }
+
+    /// Kafka Streams' word count: subtopology 0 reads `in` and writes the
+    /// repartition topic that subtopology 1 reads and counts into a store.
+    fn word_count() -> Topology {
+        Topology {
+            epoch: 0,
+            subtopologies: vec![
+                Subtopology {
+                    id: "0".into(),
+                    source_topics: vec!["in".into()],
+                    repartition_sink_topics: vec!["app-r-repartition".into()],
+                    ..Subtopology::default()
+                },
+                Subtopology {
+                    id: "1".into(),
+                    repartition_source_topics: vec![TopicInfo {
+                        name: "app-r-repartition".into(),
+                        ..TopicInfo::default()
+                    }],
+                    changelog_topics: vec![TopicInfo {
+                        name: "app-counts-changelog".into(),
+                        configs: vec![("cleanup.policy".into(), "compact".into())],
+                        ..TopicInfo::default()
+                    }],
+                    ..Subtopology::default()
+                },
+            ],
+        }
+    }
+
+    struct Harness {
+        group: StreamsGroup,
+        clock: Arc<ManualClock>,
+        topics: Topics,
+        cfg: StreamsGroupConfig,
+        log: Records,
+    }
+
+    impl Harness {
+        fn new(topics: &[(&str, i32)]) -> Harness {
+            let clock = ManualClock::new(1_700_000_000_000);
+            let mut h = Harness {
+                group: StreamsGroup::new("g", clock.now_ms()),
+                clock,
+                topics: Topics::new(),
+                cfg: StreamsGroupConfig {
+                    initial_rebalance_delay: Duration::ZERO,
+                    ..Default::default()
+                },
+                log: Vec::new(),
+            };
+            for (name, partitions) in topics {
+                h.create(name, *partitions);
+            }
+            h
+        }
+
+        fn create(&mut self, name: &str, partitions: i32) {
+            let n = self.topics.len() as u128 + 1;
+            self.topics.insert(name.to_string(), topic(n, partitions));
+        }
+
+        fn send(&mut self, p: HeartbeatParams) -> Result<HeartbeatResult, CoordinatorError> {
+            validate("g", &p)?;
+            let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+            let mut records = Vec::new();
+            let r = self
+                .group
+                .heartbeat(p, now, now_ms, &self.topics, &self.cfg, &mut records);
+            self.log.extend(records);
+            r
+        }
+
+        fn join(&mut self, id: &str, process: &str) -> HeartbeatResult {
+            self.send(HeartbeatParams {
+                member_id: id.into(),
+                member_epoch: 0,
+                endpoint_information_epoch: -1,
+                rebalance_timeout_ms: 30_000,
+                topology: Some(word_count()),
+                owned: Some(TaskSet::default()),
+                process_id: Some(process.into()),
+                client_tags: Some(Vec::new()),
+                ..HeartbeatParams::default()
+            })
+            .unwrap()
+        }
+
+        /// A heartbeat reporting `owned`, or nothing.
+        fn beat(&mut self, id: &str, epoch: i32, owned: Option<&TaskSet>) -> HeartbeatResult {
+            self.send(HeartbeatParams {
+                member_id: id.into(),
+                member_epoch: epoch,
+                endpoint_information_epoch: -1,
+                rebalance_timeout_ms: -1,
+                owned: owned.cloned(),
+                ..HeartbeatParams::default()
+            })
+            .unwrap()
+        }
+    }
+
+    fn actives(t: &TaskSet) -> usize {
+        t.active.values().map(BTreeSet::len).sum()
+    }
+
+    #[test]
+    fn a_topology_missing_its_source_topic_is_not_ready_and_assigns_nothing() {
+        let mut h = Harness::new(&[]);
+        let r = h.join("a", "p1");
+        assert_eq!(r.status[0].0, MISSING_SOURCE_TOPICS, "{r:?}");
+        assert_eq!(r.status[0].1, "Source topics in are missing.");
+        assert_eq!(r.assignment, Some(TaskSet::default()));
+        assert!(r.create.is_empty());
+        assert_eq!(h.group.state(), "NotReady");
+    }
+
+    #[test]
+    fn missing_internal_topics_are_asked_for_with_the_partitions_the_topology_needs() {
+        let mut h = Harness::new(&[("in", 3)]);
+        let r = h.join("a", "p1");
+        assert_eq!(r.status[0].0, MISSING_INTERNAL_TOPICS, "{r:?}");
+        let mut create = r.create.clone();
+        create.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(
+            create,
+            vec![
+                NewTopic {
+                    name: "app-counts-changelog".into(),
+                    partitions: 3,
+                    replication_factor: -1,
+                    configs: vec![("cleanup.policy".into(), "compact".into())],
+                },
+                NewTopic {
+                    name: "app-r-repartition".into(),
+                    partitions: 3,
+                    replication_factor: -1,
+                    configs: vec![],
+                },
+            ]
+        );
+        assert!(actives(r.assignment.as_ref().unwrap()) == 0);
+        // Once they exist the next heartbeat bumps the epoch and assigns all six tasks.
+        let epoch = h.group.epoch;
+        h.create("app-counts-changelog", 3);
+        h.create("app-r-repartition", 3);
+        let r = h.beat("a", r.member_epoch, Some(&TaskSet::default()));
+        assert!(r.status.is_empty(), "{r:?}");
+        assert_eq!(h.group.epoch, epoch + 1);
+        assert_eq!(r.member_epoch, h.group.epoch);
+        assert_eq!(actives(r.assignment.as_ref().unwrap()), 6);
+        assert_eq!(h.group.state(), "Stable");
+    }
+
+    #[test]
+    fn an_internal_topic_with_the_wrong_partition_count_is_reported() {
+        let mut h = Harness::new(&[
+            ("in", 3),
+            ("app-r-repartition", 2),
+            ("app-counts-changelog", 3),
+        ]);
+        let r = h.join("a", "p1");
+        assert_eq!(r.status[0].0, INCORRECTLY_PARTITIONED_TOPICS, "{r:?}");
+        assert_eq!(
+            r.status[0].1,
+            "Existing topic app-r-repartition has different number of partitions: expected 3, found 2"
+        );
+    }
+
+    fn ready() -> Harness {
+        Harness::new(&[
+            ("in", 3),
+            ("app-r-repartition", 3),
+            ("app-counts-changelog", 3),
+        ])
+    }
+
+    #[test]
+    fn tasks_move_to_a_new_member_only_after_the_old_owner_revokes_them() {
+        let mut h = ready();
+        let a = h.join("a", "p1");
+        let a_all = a.assignment.clone().unwrap();
+        assert_eq!(actives(&a_all), 6);
+        let b = h.join("b", "p2");
+        // b is at the new epoch but gets nothing a still holds.
+        assert_eq!(actives(b.assignment.as_ref().unwrap()), 0);
+        assert_eq!(h.group.state(), "Reconciling");
+        // a is told to keep three and stays at its epoch until it reports the rest gone.
+        let a2 = h.beat("a", a.member_epoch, Some(&a_all));
+        let a_kept = a2.assignment.clone().unwrap();
+        assert_eq!(actives(&a_kept), 3);
+        assert_eq!(a2.member_epoch, a.member_epoch);
+        let b2 = h.beat("b", b.member_epoch, Some(&TaskSet::default()));
+        assert_eq!(b2.assignment, None, "nothing released yet");
+        let a3 = h.beat("a", a.member_epoch, Some(&a_kept));
+        assert_eq!(a3.member_epoch, h.group.epoch);
+        let b3 = h.beat("b", b.member_epoch, Some(&TaskSet::default()));
+        let b_tasks = b3.assignment.unwrap();
+        assert_eq!(actives(&b_tasks), 3);
+        for (k, s, p) in b_tasks.iter() {
+            assert!(!a_kept.contains(k, s, p), "{s}_{p} has two owners");
+        }
+        h.beat("b", b3.member_epoch, Some(&b_tasks));
+        assert_eq!(h.group.state(), "Stable");
+    }
+
+    #[test]
+    fn standbys_are_assigned_on_other_processes_when_configured() {
+        let mut h = ready();
+        h.cfg.num_standby_replicas = 1;
+        let a = h.join("a", "p1");
+        let b = h.join("b", "p2");
+        let a_all = a.assignment.unwrap();
+        let a2 = h
+            .beat("a", a.member_epoch, Some(&a_all))
+            .assignment
+            .unwrap();
+        h.beat("a", a.member_epoch, Some(&a2));
+        let b2 = h.beat("b", b.member_epoch, Some(&TaskSet::default()));
+        let b_tasks = b2.assignment.unwrap();
+        let a_target = h.group.target_of("a").unwrap().clone();
+        for (k, s, p) in b_tasks.iter() {
+            if k == Kind::Standby {
+                assert!(
+                    a_target.contains(Kind::Active, s, p),
+                    "standby {s}_{p} of a task b runs"
+                );
+            }
+        }
+        assert!(!a_target.standby.is_empty() && !b_tasks.standby.is_empty());
+    }
+
+    #[test]
+    fn a_leaving_member_frees_its_tasks_and_bumps_the_epoch() {
+        let mut h = ready();
+        let a = h.join("a", "p1");
+        h.beat("a", a.member_epoch, a.assignment.as_ref());
+        let b = h.join("b", "p2");
+        let epoch = h.group.epoch;
+        let left = h.beat("b", LEAVE_EPOCH, None);
+        assert_eq!(left.member_epoch, LEAVE_EPOCH);
+        assert_eq!(h.group.epoch, epoch + 1);
+        let r = h.beat("a", a.member_epoch, a.assignment.as_ref());
+        assert_eq!(r.member_epoch, h.group.epoch);
+        assert!(h
+            .send(HeartbeatParams {
+                member_id: "b".into(),
+                member_epoch: b.member_epoch,
+                ..HeartbeatParams::default()
+            })
+            .is_err_and(|e| e == CoordinatorError::UnknownMemberId));
+    }
+
+    #[test]
+    fn a_changed_topology_is_refused_and_bad_requests_get_kafkas_errors() {
+        let mut h = ready();
+        h.join("a", "p1");
+        let mut other = word_count();
+        other.subtopologies[0].source_topics.push("more".into());
+        let p = HeartbeatParams {
+            member_id: "b".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 1000,
+            topology: Some(other),
+            owned: Some(TaskSet::default()),
+            ..HeartbeatParams::default()
+        };
+        assert_eq!(
+            h.send(p.clone()).unwrap_err(),
+            CoordinatorError::InvalidRequest("Topology updates are not supported yet.".into())
+        );
+        assert!(
+            !h.group.members.contains_key("b"),
+            "a refused member stays out"
+        );
+        let refused = [
+            HeartbeatParams {
+                member_id: String::new(),
+                ..p.clone()
+            },
+            HeartbeatParams {
+                owned: None,
+                ..p.clone()
+            },
+            HeartbeatParams {
+                topology: None,
+                ..p.clone()
+            },
+            HeartbeatParams {
+                member_epoch: 3,
+                ..p.clone()
+            },
+            HeartbeatParams {
+                member_epoch: -3,
+                ..p.clone()
+            },
+        ];
+        for bad in refused {
+            assert!(matches!(
+                h.send(bad),
+                Err(CoordinatorError::InvalidRequest(_))
+            ));
+        }
+        assert!(matches!(
+            h.beat_err("a", 99),
+            Err(CoordinatorError::FencedMemberEpoch)
+        ));
+    }
+
+    impl Harness {
+        fn beat_err(&mut self, id: &str, epoch: i32) -> Result<HeartbeatResult, CoordinatorError> {
+            self.send(HeartbeatParams {
+                member_id: id.into(),
+                member_epoch: epoch,
+                rebalance_timeout_ms: -1,
+                ..HeartbeatParams::default()
+            })
+        }
+    }
+
+    #[test]
+    fn offset_commits_need_the_members_epoch_or_a_task_it_still_holds() {
+        let mut h = ready();
+        let a = h.join("a", "p1");
+        let e = a.member_epoch;
+        let g = &h.group;
+        assert_eq!(g.check_commit("a", e, Some(9), &[("in".into(), 0)]), Ok(()));
+        assert_eq!(
+            g.check_commit("a", e + 1, Some(9), &[("in".into(), 0)]),
+            Err(CoordinatorError::StaleMemberEpoch)
+        );
+        assert!(matches!(
+            g.check_commit("a", e, Some(8), &[]),
+            Err(CoordinatorError::UnsupportedVersion(_))
+        ));
+        assert_eq!(
+            g.check_commit("x", e, Some(9), &[]),
+            Err(CoordinatorError::UnknownMemberId)
+        );
+        // An older epoch is fine for a task it still runs.
+        assert_eq!(
+            g.check_commit("a", e - 1, Some(9), &[("in".into(), 1)]),
+            Ok(())
+        );
+        assert_eq!(
+            g.check_commit("a", e - 1, Some(9), &[("other".into(), 1)]),
+            Err(CoordinatorError::StaleMemberEpoch)
+        );
+    }
+
+    #[test]
+    fn expired_sessions_are_found() {
+        let mut h = ready();
+        h.join("a", "p1");
+        h.clock
+            .advance(h.cfg.session_timeout + Duration::from_millis(1));
+        assert_eq!(
+            h.group.expired(h.clock.now(), &h.cfg),
+            vec!["a".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_new_group_delays_its_first_assignment() {
+        let mut h = ready();
+        h.cfg.initial_rebalance_delay = Duration::from_secs(3);
+        let a = h.join("a", "p1");
+        assert_eq!(a.status[0].0, ASSIGNMENT_DELAYED);
+        assert_eq!(actives(a.assignment.as_ref().unwrap()), 0);
+        h.clock.advance(Duration::from_secs(3));
+        let r = h.beat("a", a.member_epoch, Some(&TaskSet::default()));
+        assert!(r.status.is_empty(), "{r:?}");
+        assert_eq!(actives(r.assignment.as_ref().unwrap()), 6);
+    }
+
+    #[test]
+    fn replaying_the_records_rebuilds_the_group() {
+        let mut h = ready();
+        let a = h.join("a", "p1");
+        let a_all = a.assignment.clone().unwrap();
+        h.join("b", "p2");
+        h.beat("a", a.member_epoch, Some(&a_all));
+        let mut groups: HashMap<String, Group> = HashMap::new();
+        let now = h.clock.now();
+        for (key, value) in h.log.clone() {
+            crate::coordinator::restore_streams(&mut groups, key, value, now).unwrap();
+        }
+        let restored = groups["g"].streams.as_ref().unwrap();
+        let g = &h.group;
+        assert_eq!(
+            (restored.epoch, restored.assignment_epoch, restored.state()),
+            (g.epoch, g.assignment_epoch, g.state())
+        );
+        assert_eq!(restored.topology, g.topology);
+        assert_eq!(restored.target, g.target);
+        for m in g.members() {
+            let r = &restored.members[&m.id];
+            assert_eq!(
+                (r.epoch, r.previous_epoch, r.state),
+                (m.epoch, m.previous_epoch, m.state)
+            );
+            assert_eq!(
+                (&r.assigned, &r.revoking, &r.meta),
+                (&m.assigned, &m.revoking, &m.meta)
+            );
+        }
+        // Deleting the group leaves nothing to replay.
+        for (key, value) in g.tombstones() {
+            crate::coordinator::restore_streams(&mut groups, key, value, now).unwrap();
+        }
+        assert!(!groups.contains_key("g"));
+    }
+}

@@ -106,7 +106,7 @@ fn get_array<T>(
     Ok(out)
 }
 
-fn put_string(b: &mut BytesMut, s: &String) {
+fn put_string(b: &mut BytesMut, s: &str) {
     put_compact_opt_str(b, Some(s));
 }
 
@@ -139,7 +139,7 @@ fn get_i16s(b: &mut &[u8]) -> Result<Vec<i16>, RecordError> {
 }
 
 fn put_strings(b: &mut BytesMut, v: &[String]) {
-    put_array(b, v, put_string);
+    put_array(b, v, |b, s| put_string(b, s));
 }
 
 fn get_strings(b: &mut &[u8]) -> Result<Vec<String>, RecordError> {

@@ -36,8 +36,9 @@ import strata.it.GroupSupport.StrataProcess;
  * broker holds the topology, creates the repartition and changelog topics, assigns the tasks and
  * hands them over as instances join and leave. The word count of {@link StreamsEosTest} runs on two
  * instances, the second joining mid-stream and the first leaving, under at_least_once and under
- * exactly_once_v2; every final count is exact. kafka-streams-groups lists, describes and deletes
- * the group.
+ * exactly_once_v2; every final count is exact. kafka-streams-groups lists, describes, resets the
+ * offsets of and deletes the group. Under exactly_once_v2 the broker is also killed with -9 and restarted mid-stream: the
+ * group comes back as it was.
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class StreamsGroupsTest {
@@ -144,6 +145,19 @@ class StreamsGroupsTest {
           assertTrue(members.out().contains(m.memberId()), "member " + m.memberId() + " in\n" + members);
         }
 
+        if (guarantee.equals(StreamsConfig.EXACTLY_ONCE_V2)) {
+          // The group's state is in __consumer_offsets: after kill -9 the members carry on
+          // with their tasks and epochs, and the counts stay exact.
+          broker.kill9();
+          Thread.sleep(500);
+          broker.start();
+          StreamsGroupDescription after = describe(admin, app);
+          assertEquals(d.groupEpoch(), after.groupEpoch(), after.toString());
+          assertEquals(2, after.members().size(), after.toString());
+        }
+        Result offsets = sgc(bs, "--describe", "--offsets", "--group", app);
+        assertTrue(offsets.out().contains(in) && offsets.out().contains("-repartition"), offsets.toString());
+
         a.close(Duration.ofSeconds(30));
         a = null;
         for (int i = 2 * lines / 3; i < lines; i++) p.send(new ProducerRecord<>(in, "line-" + i, StreamsEosTest.line(i)));
@@ -167,6 +181,15 @@ class StreamsGroupsTest {
             return false;
           }
         }, () -> "");
+        Result reset = sgc(bs, "--reset-offsets", "--group", app, "--input-topic", in, "--to-earliest", "--execute");
+        assertEquals(0, reset.exit(), reset.toString());
+        try (Admin check = GroupSupport.admin(bs)) {
+          var committed = check.listConsumerGroupOffsets(app).partitionsToOffsetAndMetadata().get();
+          for (int part = 0; part < 3; part++) {
+            var o = committed.get(new org.apache.kafka.common.TopicPartition(in, part));
+            assertEquals(0L, o == null ? -1L : o.offset(), "offset of " + in + "-" + part + " after reset\n" + reset);
+          }
+        }
         Result deleted = sgc(bs, "--delete", "--group", app);
         assertEquals(0, deleted.exit(), deleted.toString());
         assertFalse(sgc(bs, "--list").lines().contains(app), "group still listed after --delete");
