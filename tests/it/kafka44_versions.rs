@@ -382,6 +382,7 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
             0,
             vec![
                 ("group.version".into(), 1),
+                ("streams.version".into(), 1),
                 ("transaction.version".into(), 2)
             ]
         )
@@ -395,7 +396,8 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
         supported,
         vec![
             ("group.version".to_string(), 0, 1),
-            ("transaction.version".to_string(), 0, 2)
+            ("transaction.version".to_string(), 0, 2),
+            ("streams.version".to_string(), 0, 1)
         ]
     );
 
@@ -443,7 +445,13 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
         .await;
     assert_eq!(
         finalized(&versions),
-        (1, vec![("transaction.version".into(), 2)])
+        (
+            1,
+            vec![
+                ("streams.version".into(), 1),
+                ("transaction.version".into(), 2)
+            ]
+        )
     );
     let heartbeat = ConsumerGroupHeartbeatRequest::default()
         .with_group_id(s("off").into())
@@ -498,7 +506,15 @@ async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others(
         let versions: ApiVersionsResponse = two
             .call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default())
             .await;
-        if finalized(&versions) == (1, vec![("transaction.version".into(), 2)]) {
+        if finalized(&versions)
+            == (
+                1,
+                vec![
+                    ("streams.version".into(), 1),
+                    ("transaction.version".into(), 2),
+                ],
+            )
+        {
             break;
         }
         assert!(
@@ -525,4 +541,92 @@ async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others(
         )
         .await;
     assert_eq!(r.error_code, ResponseError::InvalidUpdateVersion.code());
+}
+
+/// A Streams member's first heartbeat, as Kafka Streams sends it, for a
+/// topology reading `source`.
+fn streams_join(group: &str, source: &str) -> StreamsGroupHeartbeatRequest {
+    use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
+    StreamsGroupHeartbeatRequest::default()
+        .with_group_id(s(group).into())
+        .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+        .with_member_epoch(0)
+        .with_endpoint_information_epoch(-1)
+        .with_rebalance_timeout_ms(30000)
+        .with_process_id(Some(s("p1")))
+        .with_topology(Some(Topology::default().with_subtopologies(vec![
+            Subtopology::default()
+                .with_subtopology_id(s("0"))
+                .with_source_topics(vec![s(source).into()]),
+        ])))
+        .with_active_tasks(Some(vec![]))
+        .with_standby_tasks(Some(vec![]))
+        .with_warmup_tasks(Some(vec![]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_groups_answer_with_statuses_and_streams_version_zero_turns_them_off() {
+    let server = InProcess::start(&["--group-streams-initial-rebalance-delay-ms", "0"]).await;
+    let mut raw = Raw::connect(server.addr()).await;
+    // No source topic yet: a member at the group's epoch, no tasks, and why.
+    let r: StreamsGroupHeartbeatResponse = raw
+        .call(
+            ApiKey::StreamsGroupHeartbeat,
+            1,
+            &streams_join("sg", "sg-in"),
+        )
+        .await;
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let status: Vec<(i8, String)> = r
+        .status
+        .unwrap()
+        .iter()
+        .map(|st| (st.status_code, st.status_detail.to_string()))
+        .collect();
+    assert_eq!(
+        status,
+        vec![(1, "Source topics sg-in are missing.".to_string())]
+    );
+    assert_eq!(r.active_tasks, Some(vec![]));
+    assert_eq!(r.acceptable_recovery_lag, 10_000);
+    // A Kafka internal topic in a topology is refused.
+    let bad: StreamsGroupHeartbeatResponse = raw
+        .call(
+            ApiKey::StreamsGroupHeartbeat,
+            1,
+            &streams_join("sg2", "__consumer_offsets"),
+        )
+        .await;
+    assert_eq!(bad.error_code, ResponseError::StreamsInvalidTopology.code());
+    let d: StreamsGroupDescribeResponse = raw
+        .call(
+            ApiKey::StreamsGroupDescribe,
+            0,
+            &StreamsGroupDescribeRequest::default()
+                .with_group_ids(vec![s("sg").into(), s("none").into()]),
+        )
+        .await;
+    assert_eq!(d.groups[0].group_state.as_str(), "NotReady");
+    assert_eq!(d.groups[0].members.len(), 1);
+    assert_eq!(
+        d.groups[1].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+
+    let off: UpdateFeaturesResponse = raw
+        .call(
+            ApiKey::UpdateFeatures,
+            1,
+            &update_features("streams.version", 0, 2),
+        )
+        .await;
+    assert_eq!(off.error_code, 0);
+    let r: StreamsGroupHeartbeatResponse = raw
+        .call(
+            ApiKey::StreamsGroupHeartbeat,
+            1,
+            &streams_join("sg3", "sg-in"),
+        )
+        .await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
 }
