@@ -439,6 +439,9 @@ impl GroupConfigs {
         if let Some(v) = num("streams.initial.rebalance.delay.ms") {
             cfg.initial_rebalance_delay = Duration::from_millis(v);
         }
+        if let Some(v) = num("streams.assignment.interval.ms") {
+            cfg.assignment_interval = Duration::from_millis(v);
+        }
         Cow::Owned(cfg)
     }
 }

@@ -524,6 +524,8 @@ impl GroupCoordinator {
                 None if simple => groups
                     .entry(group_id.to_string())
                     .or_insert_with(|| Group::new(group_id, self.clock.now_ms())),
+                // As Kafka answers a member of a group it does not know.
+                None if who.version >= 9 => return Err(CoordinatorError::GroupIdNotFound),
                 None => return Err(CoordinatorError::IllegalGeneration),
             };
             if let Some(cg) = &group.consumer {

@@ -42,6 +42,8 @@ pub struct StreamsGroupConfig {
     pub num_standby_replicas: u32,
     /// How long a new group waits for more members before its first assignment.
     pub initial_rebalance_delay: Duration,
+    /// The least time between two target assignments.
+    pub assignment_interval: Duration,
     pub max_size: usize,
 }
 
@@ -53,6 +55,7 @@ impl Default for StreamsGroupConfig {
             session_timeout: Duration::from_millis(45000),
             num_standby_replicas: 0,
             initial_rebalance_delay: Duration::from_millis(3000),
+            assignment_interval: Duration::from_millis(1000),
             max_size: i32::MAX as usize,
         }
     }
@@ -551,6 +554,9 @@ pub(crate) struct StreamsGroup {
     endpoint_epoch: i32,
     /// A new group's first assignment waits until then.
     delayed_until: Option<Instant>,
+    /// When the last target was computed: the next waits for the
+    /// assignment interval, so a burst of changes costs one rebalance.
+    assigned_at: Option<Instant>,
 }
 
 impl StreamsGroup {
@@ -569,6 +575,7 @@ impl StreamsGroup {
             shutdown_requester: None,
             endpoint_epoch: 0,
             delayed_until: None,
+            assigned_at: None,
         }
     }
 
@@ -823,10 +830,19 @@ impl StreamsGroup {
         if self.delayed_until.is_some_and(|d| now >= d) {
             self.delayed_until = None;
         }
+        let batching = self.epoch > self.assignment_epoch
+            && self
+                .assigned_at
+                .is_some_and(|t| now < t + cfg.assignment_interval);
         if self.delayed_until.is_some() {
             status.push((
                 ASSIGNMENT_DELAYED,
                 "Assignment delayed due to the configured initial rebalance delay.".into(),
+            ));
+        } else if batching {
+            status.push((
+                ASSIGNMENT_DELAYED,
+                "Assignment delayed due to the configured assignment interval.".into(),
             ));
         } else {
             let tasks = configured
@@ -834,6 +850,9 @@ impl StreamsGroup {
                 .filter(|c| c.is_ready())
                 .map(|c| c.tasks.clone())
                 .unwrap_or_default();
+            if self.epoch > self.assignment_epoch {
+                self.assigned_at = Some(now);
+            }
             self.assign(&tasks, cfg, records);
         }
         self.reconcile(&member_id, p.owned.as_ref(), now, records);
@@ -1040,14 +1059,7 @@ impl StreamsGroup {
             self.shutdown_requester = None;
             self.delayed_until = None;
             self.assignment_epoch = self.epoch;
-            records.push((
-                RecordKey::StreamsTargetAssignment {
-                    group: self.id.clone(),
-                },
-                Some(super::records::encode_assignment_epoch(
-                    self.assignment_epoch,
-                )),
-            ));
+            records.push(self.assignment_epoch_record());
         } else {
             let tasks = self
                 .configured(topics)
@@ -1085,14 +1097,15 @@ impl StreamsGroup {
         }
         self.target = target;
         self.assignment_epoch = self.epoch;
-        records.push((
-            RecordKey::StreamsTargetAssignment {
-                group: self.id.clone(),
-            },
-            Some(super::records::encode_assignment_epoch(
-                self.assignment_epoch,
-            )),
-        ));
+        records.push(self.assignment_epoch_record());
+    }
+
+    fn assignment_epoch_record(&self) -> (RecordKey, Option<bytes::Bytes>) {
+        let key = RecordKey::StreamsTargetAssignment {
+            group: self.id.clone(),
+        };
+        let epoch = super::records::encode_assignment_epoch(self.assignment_epoch);
+        (key, Some(epoch))
     }
 
     /// Whether `kind` task (s, p) must wait for another member to let go:
@@ -1476,6 +1489,7 @@ mod tests {
                 topics: Topics::new(),
                 cfg: StreamsGroupConfig {
                     initial_rebalance_delay: Duration::ZERO,
+                    assignment_interval: Duration::ZERO,
                     ..Default::default()
                 },
                 log: Vec::new(),
@@ -1802,6 +1816,22 @@ mod tests {
         let r = h.beat("a", a.member_epoch, Some(&TaskSet::default()));
         assert!(r.status.is_empty(), "{r:?}");
         assert_eq!(actives(r.assignment.as_ref().unwrap()), 6);
+    }
+
+    #[test]
+    fn changes_within_the_assignment_interval_wait_for_it() {
+        let mut h = ready();
+        h.cfg.assignment_interval = Duration::from_secs(1);
+        let a = h.join("a", "p1");
+        assert_eq!(actives(a.assignment.as_ref().unwrap()), 6);
+        let b = h.join("b", "p2");
+        assert_eq!(b.status[0].0, ASSIGNMENT_DELAYED, "{b:?}");
+        assert!(h.group.epoch > h.group.assignment_epoch);
+        h.clock.advance(Duration::from_secs(1));
+        let b = h.beat("b", b.member_epoch, Some(&TaskSet::default()));
+        assert!(b.status.is_empty(), "{b:?}");
+        assert_eq!(h.group.assignment_epoch, h.group.epoch);
+        assert_eq!(actives(h.group.target_of("b").unwrap()), 3);
     }
 
     #[test]

@@ -370,6 +370,15 @@ pub struct BrokerConfig {
     )]
     pub group_streams_initial_rebalance_delay_ms: u64,
 
+    /// The least time between two task assignments of a Streams group
+    /// (group.streams.assignment.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_STREAMS_ASSIGNMENT_INTERVAL_MS",
+        default_value_t = 1000
+    )]
+    pub group_streams_assignment_interval_ms: u64,
+
     /// Most members a Streams group may have (group.streams.max.size).
     #[arg(
         long,
@@ -761,6 +770,9 @@ impl BrokerConfig {
                 initial_rebalance_delay: Duration::from_millis(
                     self.group_streams_initial_rebalance_delay_ms,
                 ),
+                assignment_interval: Duration::from_millis(
+                    self.group_streams_assignment_interval_ms,
+                ),
                 max_size: self.group_streams_max_size as usize,
             },
         }
@@ -987,6 +999,11 @@ impl BrokerConfig {
             c(
                 "group.streams.initial.rebalance.delay.ms",
                 self.group_streams_initial_rebalance_delay_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.streams.assignment.interval.ms",
+                self.group_streams_assignment_interval_ms.to_string(),
                 Int,
             ),
             c(

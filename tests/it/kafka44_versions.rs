@@ -544,9 +544,11 @@ async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others(
 }
 
 /// A Streams member's first heartbeat, as Kafka Streams sends it, for a
-/// topology reading `source`.
+/// topology reading `source` into a store with a changelog.
 fn streams_join(group: &str, source: &str) -> StreamsGroupHeartbeatRequest {
-    use kafka_protocol::messages::streams_group_heartbeat_request::{Subtopology, Topology};
+    use kafka_protocol::messages::streams_group_heartbeat_request::{
+        Subtopology, TopicInfo, Topology,
+    };
     StreamsGroupHeartbeatRequest::default()
         .with_group_id(s(group).into())
         .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
@@ -557,7 +559,9 @@ fn streams_join(group: &str, source: &str) -> StreamsGroupHeartbeatRequest {
         .with_topology(Some(Topology::default().with_subtopologies(vec![
             Subtopology::default()
                 .with_subtopology_id(s("0"))
-                .with_source_topics(vec![s(source).into()]),
+                .with_source_topics(vec![s(source).into()])
+                .with_state_changelog_topics(vec![TopicInfo::default()
+                    .with_name(s(&format!("{group}-store-changelog")).into())]),
         ])))
         .with_active_tasks(Some(vec![]))
         .with_standby_tasks(Some(vec![]))
@@ -629,4 +633,121 @@ async fn streams_groups_answer_with_statuses_and_streams_version_zero_turns_them
         )
         .await;
     assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+}
+
+/// The member's tasks as a heartbeat reports them.
+fn owned(
+    r: &StreamsGroupHeartbeatResponse,
+) -> Option<Vec<streams_group_heartbeat_request::TaskIds>> {
+    r.active_tasks.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| {
+                streams_group_heartbeat_request::TaskIds::default()
+                    .with_subtopology_id(t.subtopology_id.clone())
+                    .with_partitions(t.partitions.clone())
+            })
+            .collect()
+    })
+}
+
+/// The group's coordinator, asked of `via` until one answers.
+async fn streams_coordinator(via: std::net::SocketAddr, group: &str, not: i32) -> i32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(mut raw) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), Raw::connect(via)).await
+        {
+            let found: FindCoordinatorResponse = raw
+                .call(
+                    ApiKey::FindCoordinator,
+                    2,
+                    &FindCoordinatorRequest::default().with_key(s(group)),
+                )
+                .await;
+            if found.error_code == 0 && found.node_id.0 != not {
+                return found.node_id.0;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no coordinator for {group}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_a_streams_group_survives_its_coordinator_being_killed() {
+    let Some(mut cluster) = common::cluster::Cluster::start(&[1, 2]).await else {
+        return;
+    };
+    common::clients::create_topic(&cluster.bootstrap(), "sgc-in", 3, &[]).await;
+    let port = |c: &common::cluster::Cluster, node: i32| -> std::net::SocketAddr {
+        format!("127.0.0.1:{}", c.port(node)).parse().unwrap()
+    };
+    let first = streams_coordinator(port(&cluster, 1), "sgc", -1).await;
+    let mut raw = Raw::connect(port(&cluster, first)).await;
+    // Join, then heartbeat until the broker has created the changelog and
+    // assigned all three tasks.
+    let join = streams_join("sgc", "sgc-in");
+    let member = join.member_id.clone();
+    let mut r: StreamsGroupHeartbeatResponse =
+        raw.call(ApiKey::StreamsGroupHeartbeat, 1, &join).await;
+    let mut tasks = owned(&r).unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tasks.iter().map(|t| t.partitions.len()).sum::<usize>() < 3 {
+        assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+        assert!(std::time::Instant::now() < deadline, "no tasks: {r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let beat = StreamsGroupHeartbeatRequest::default()
+            .with_group_id(s("sgc").into())
+            .with_member_id(member.clone())
+            .with_member_epoch(r.member_epoch)
+            .with_endpoint_information_epoch(r.endpoint_information_epoch)
+            .with_active_tasks(Some(tasks.clone()))
+            .with_standby_tasks(Some(vec![]))
+            .with_warmup_tasks(Some(vec![]));
+        r = raw.call(ApiKey::StreamsGroupHeartbeat, 1, &beat).await;
+        if let Some(t) = owned(&r) {
+            tasks = t;
+        }
+    }
+    let epoch = r.member_epoch;
+    let internal = common::cluster::leaders(&cluster.bootstrap(), "sgc-store-changelog", 3);
+    assert!(
+        internal.is_some_and(|l| l.len() == 3),
+        "changelog not created with 3 partitions"
+    );
+
+    // The coordinator dies; the other broker takes the offsets topic over
+    // and knows the member, its epoch and its tasks.
+    cluster.kill9(first);
+    let survivor = if first == 1 { 2 } else { 1 };
+    let next = streams_coordinator(port(&cluster, survivor), "sgc", first).await;
+    let mut raw = Raw::connect(port(&cluster, next)).await;
+    let beat = StreamsGroupHeartbeatRequest::default()
+        .with_group_id(s("sgc").into())
+        .with_member_id(member.clone())
+        .with_member_epoch(epoch)
+        .with_endpoint_information_epoch(-1)
+        .with_active_tasks(Some(tasks.clone()))
+        .with_standby_tasks(Some(vec![]))
+        .with_warmup_tasks(Some(vec![]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let r = loop {
+        let r: StreamsGroupHeartbeatResponse =
+            raw.call(ApiKey::StreamsGroupHeartbeat, 1, &beat).await;
+        let retriable = [
+            ResponseError::NotCoordinator.code(),
+            ResponseError::CoordinatorNotAvailable.code(),
+            ResponseError::CoordinatorLoadInProgress.code(),
+        ];
+        if !retriable.contains(&r.error_code) || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    assert_eq!(r.member_epoch, epoch);
+    assert_eq!(r.active_tasks, None, "the assignment did not change");
 }
