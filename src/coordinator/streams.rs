@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use super::consumer::{Records, Topics, LEAVE_EPOCH, STATIC_LEAVE_EPOCH};
 use super::records::RecordKey;
 use super::streams_records::{
-    encode_target, StreamsCurrentValue, StreamsGroupValue, StreamsMemberValue, Topology,
+    encode_target, StreamsCurrentValue, StreamsGroupValue, StreamsMemberValue, TaskEpochs, Topology,
 };
 use super::task_assignor::{self, Kind, TaskMember, TaskSet};
 use super::CoordinatorError;
@@ -112,6 +112,8 @@ pub(crate) struct Member {
     pub state: MemberState,
     pub assigned: TaskSet,
     pub revoking: TaskSet,
+    /// The member epoch each of its active tasks was given at.
+    pub active_epochs: TaskEpochs,
     /// Last reported, kept in memory only (as in Kafka).
     pub task_offsets: TaskOffsets,
     pub task_end_offsets: TaskOffsets,
@@ -133,6 +135,7 @@ impl Member {
             state: MemberState::Stable,
             assigned: TaskSet::default(),
             revoking: TaskSet::default(),
+            active_epochs: TaskEpochs::new(),
             task_offsets: Vec::new(),
             task_end_offsets: Vec::new(),
             last_seen: now,
@@ -147,6 +150,7 @@ impl Member {
             state: self.state.code(),
             assigned: self.assigned.clone(),
             revoking: self.revoking.clone(),
+            active_epochs: self.active_epochs.clone(),
         }
     }
 
@@ -1017,6 +1021,7 @@ impl StreamsGroup {
             let m = self.members.get_mut(&id).expect("present");
             m.epoch = STATIC_LEAVE_EPOCH;
             m.revoking = TaskSet::default();
+            m.active_epochs.values_mut().for_each(|e| *e = 0);
             records.push((
                 member_key(&self.id, &id, 22),
                 Some(m.current_value().encode()),
@@ -1195,6 +1200,16 @@ impl StreamsGroup {
             m.revoke_deadline = None;
         }
         m.state = state;
+        // Tasks kept keep the epoch they were given at; new ones get this one.
+        let mut epochs = TaskEpochs::new();
+        for (s, ps) in assigned.active.iter().chain(&revoking.active) {
+            for p in ps {
+                let key = (s.clone(), *p);
+                let given = m.active_epochs.get(&key).copied().unwrap_or(epoch);
+                epochs.insert(key, given);
+            }
+        }
+        m.active_epochs = epochs;
         m.assigned = assigned;
         m.revoking = revoking;
         records.push((
@@ -1255,7 +1270,7 @@ impl StreamsGroup {
     }
 
     /// OffsetCommit by a member (Kafka's StreamsGroup.validateOffsetCommit):
-    /// at its epoch, or at an older one for a task it still holds active.
+    /// at its epoch, or at an older one for a task it has held active since.
     pub(crate) fn check_commit(
         &self,
         member_id: &str,
@@ -1285,8 +1300,12 @@ impl StreamsGroup {
             return Err(CoordinatorError::StaleMemberEpoch);
         }
         let held = partitions.iter().all(|(topic, p)| {
-            self.subtopology_of(topic)
-                .is_some_and(|s| m.owns(Kind::Active, s, *p))
+            self.subtopology_of(topic).is_some_and(|s| {
+                m.owns(Kind::Active, s, *p)
+                    && m.active_epochs
+                        .get(&(s.to_string(), *p))
+                        .is_some_and(|given| *given <= epoch)
+            })
         });
         match held {
             true => Ok(()),
@@ -1381,6 +1400,7 @@ impl StreamsGroup {
         m.state = MemberState::from_code(v.state);
         m.assigned = v.assigned;
         m.revoking = v.revoking;
+        m.active_epochs = v.active_epochs;
     }
 
     /// After replay: fresh timers, so a restart costs no member its session.
@@ -1764,7 +1784,7 @@ mod tests {
     }
 
     #[test]
-    fn offset_commits_need_the_members_epoch_or_a_task_it_still_holds() {
+    fn offset_commits_need_the_members_epoch_or_a_task_held_since_theirs() {
         let mut h = ready();
         let a = h.join("a", "p1");
         let e = a.member_epoch;
@@ -1782,9 +1802,22 @@ mod tests {
             g.check_commit("x", e, Some(9), &[]),
             Err(CoordinatorError::UnknownMemberId)
         );
-        // An older epoch is fine for a task it still runs.
+        // An older epoch is fine for a task it has run since then, not before.
         assert_eq!(
             g.check_commit("a", e - 1, Some(9), &[("in".into(), 1)]),
+            Err(CoordinatorError::StaleMemberEpoch)
+        );
+        h.join("b", "p2");
+        let a2 = h.beat("a", e, a.assignment.as_ref());
+        let kept = a2.assignment.unwrap();
+        let a3 = h.beat("a", e, Some(&kept));
+        assert!(a3.member_epoch > e);
+        let g = &h.group;
+        let (s, ps) = kept.active.iter().next().unwrap();
+        let topic = if s == "0" { "in" } else { "app-r-repartition" };
+        let p = *ps.iter().next().unwrap();
+        assert_eq!(
+            g.check_commit("a", e, Some(9), &[(topic.into(), p)]),
             Ok(())
         );
         assert_eq!(
@@ -1861,8 +1894,8 @@ mod tests {
                 (m.epoch, m.previous_epoch, m.state)
             );
             assert_eq!(
-                (&r.assigned, &r.revoking, &r.meta),
-                (&m.assigned, &m.revoking, &m.meta)
+                (&r.assigned, &r.revoking, &r.meta, &r.active_epochs),
+                (&m.assigned, &m.revoking, &m.meta, &m.active_epochs)
             );
         }
         // Deleting the group leaves nothing to replay.

@@ -5,6 +5,8 @@
 //! the consumer groups' key 6 is) and per-member target (21), each member's
 //! current assignment (22), and the topology (23).
 
+use std::collections::BTreeMap;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::records::{
@@ -48,6 +50,9 @@ pub(crate) struct StreamsCurrentValue {
     pub state: i8,
     pub assigned: TaskSet,
     pub revoking: TaskSet,
+    /// When each active task (assigned or revoking) was given (Kafka 4.4's
+    /// AssignmentEpochs, tag 0 of each active TaskIds).
+    pub active_epochs: TaskEpochs,
 }
 
 /// A topic of a topology (StreamsGroupTopologyValue's TopicInfo).
@@ -146,8 +151,12 @@ fn get_strings(b: &mut &[u8]) -> Result<Vec<String>, RecordError> {
     get_array(b, get_string)
 }
 
-/// `[]TaskIds{SubtopologyId, Partitions []int32}`.
-fn put_tasks(b: &mut BytesMut, tasks: &Tasks) {
+/// The member epoch each active task was given at, by (subtopology, partition).
+pub(crate) type TaskEpochs = BTreeMap<(String, i32), i32>;
+
+/// `[]TaskIds{SubtopologyId, Partitions []int32}`; with `epochs`, each
+/// entry's tag 0 (AssignmentEpochs) holds the partitions' epochs in order.
+fn put_tasks(b: &mut BytesMut, tasks: &Tasks, epochs: Option<&TaskEpochs>) {
     let entries: Vec<_> = tasks.iter().filter(|(_, ps)| !ps.is_empty()).collect();
     put_array(b, &entries, |b, (s, ps)| {
         put_string(b, s);
@@ -155,34 +164,54 @@ fn put_tasks(b: &mut BytesMut, tasks: &Tasks) {
         for p in ps.iter() {
             b.put_i32(*p);
         }
-        put_uvarint(b, 0);
+        match epochs {
+            Some(epochs) => {
+                let mut t = BytesMut::new();
+                put_uvarint(&mut t, ps.len() as u64 + 1);
+                for p in ps.iter() {
+                    t.put_i32(epochs.get(&(s.to_string(), *p)).copied().unwrap_or(0));
+                }
+                put_uvarint(b, 1);
+                put_tagged(b, 0, &t);
+            }
+            None => put_uvarint(b, 0),
+        }
     });
 }
 
-fn get_tasks(b: &mut &[u8]) -> Result<Tasks, RecordError> {
+fn get_tasks(b: &mut &[u8], epochs: &mut TaskEpochs) -> Result<Tasks, RecordError> {
     let mut out = Tasks::new();
-    for (s, ps) in get_array(b, |b| {
+    for (s, ps, es) in get_array(b, |b| {
         let s = get_string(b)?;
         let ps = get_array(b, get_i32)?;
-        get_tagged(b)?;
-        Ok((s, ps))
+        let mut es = Vec::new();
+        for (tag, mut data) in get_tagged(b)? {
+            if tag == 0 {
+                es = get_array(&mut data, get_i32)?;
+            }
+        }
+        Ok((s, ps, es))
     })? {
+        for (p, e) in ps.iter().zip(es) {
+            epochs.insert((s.clone(), *p), e);
+        }
         out.entry(s).or_default().extend(ps);
     }
     Ok(out)
 }
 
-fn put_task_set(b: &mut BytesMut, t: &TaskSet) {
-    put_tasks(b, &t.active);
-    put_tasks(b, &t.standby);
-    put_tasks(b, &t.warmup);
+fn put_task_set(b: &mut BytesMut, t: &TaskSet, epochs: Option<&TaskEpochs>) {
+    put_tasks(b, &t.active, epochs);
+    put_tasks(b, &t.standby, None);
+    put_tasks(b, &t.warmup, None);
 }
 
-fn get_task_set(b: &mut &[u8]) -> Result<TaskSet, RecordError> {
+fn get_task_set(b: &mut &[u8], epochs: &mut TaskEpochs) -> Result<TaskSet, RecordError> {
+    let mut ignored = TaskEpochs::new();
     Ok(TaskSet {
-        active: get_tasks(b)?,
-        standby: get_tasks(b)?,
-        warmup: get_tasks(b)?,
+        active: get_tasks(b, epochs)?,
+        standby: get_tasks(b, &mut ignored)?,
+        warmup: get_tasks(b, &mut ignored)?,
     }
     .normalized())
 }
@@ -303,14 +332,14 @@ impl StreamsMemberValue {
 pub(crate) fn encode_target(t: &TaskSet) -> Bytes {
     let mut b = BytesMut::new();
     b.put_i16(0);
-    put_task_set(&mut b, t);
+    put_task_set(&mut b, t, None);
     put_uvarint(&mut b, 0);
     b.freeze()
 }
 
 pub(crate) fn decode_target(mut b: &[u8]) -> Result<TaskSet, RecordError> {
     get_i16(&mut b)?;
-    get_task_set(&mut b)
+    get_task_set(&mut b, &mut TaskEpochs::new())
 }
 
 impl StreamsCurrentValue {
@@ -320,8 +349,8 @@ impl StreamsCurrentValue {
         b.put_i32(self.member_epoch);
         b.put_i32(self.previous_member_epoch);
         b.put_i8(self.state);
-        put_task_set(&mut b, &self.assigned);
-        put_task_set(&mut b, &self.revoking);
+        put_task_set(&mut b, &self.assigned, Some(&self.active_epochs));
+        put_task_set(&mut b, &self.revoking, Some(&self.active_epochs));
         put_uvarint(&mut b, 0);
         b.freeze()
     }
@@ -333,12 +362,16 @@ impl StreamsCurrentValue {
         let previous_member_epoch = get_i32(b)?;
         need(b, 1)?;
         let state = b.get_i8();
+        let mut active_epochs = TaskEpochs::new();
+        let assigned = get_task_set(b, &mut active_epochs)?;
+        let revoking = get_task_set(b, &mut active_epochs)?;
         Ok(StreamsCurrentValue {
             member_epoch,
             previous_member_epoch,
             state,
-            assigned: get_task_set(b)?,
-            revoking: get_task_set(b)?,
+            assigned,
+            revoking,
+            active_epochs,
         })
     }
 }
@@ -457,6 +490,7 @@ mod tests {
             state: 2,
             assigned: tasks.clone(),
             revoking: TaskSet::default(),
+            active_epochs: TaskEpochs::from([(("0".to_string(), 2), 3)]),
         };
         assert_eq!(
             StreamsCurrentValue::decode(&current.encode()).unwrap(),
