@@ -1,12 +1,13 @@
 //! The group coordinator: consumer groups under Kafka's classic protocol
-//! and under the consumer group protocol of KIP-848, and their committed
-//! offsets, which both kinds share.
+//! and under the consumer group protocol of KIP-848, Kafka Streams groups
+//! under KIP-1071, and their committed offsets, which all kinds share.
 //!
 //! This single broker coordinates every group. All group state sits behind
 //! one lock and changes synchronously; classic members that must wait for
 //! others (JoinGroup, SyncGroup) hold a oneshot receiver that a later request
 //! or the timer completes. Consumer-protocol members never wait: each
-//! heartbeat is answered from the group's state at once (`consumer`). Every change worth keeping is appended to
+//! heartbeat is answered from the group's state at once (`consumer`,
+//! `streams`). Every change worth keeping is appended to
 //! `__consumer_offsets` before it is acknowledged, and startup replays that
 //! topic, so offsets and group membership survive restarts, kill -9 included.
 
