@@ -17,6 +17,7 @@ pub(crate) mod group;
 pub(crate) mod group_config;
 pub(crate) mod migration;
 pub(crate) mod records;
+pub(crate) mod share_group;
 pub(crate) mod share_partition;
 pub(crate) mod store;
 pub(crate) mod streams;
