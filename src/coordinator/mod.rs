@@ -19,6 +19,7 @@ pub(crate) mod migration;
 pub(crate) mod records;
 pub(crate) mod share_group;
 pub(crate) mod share_partition;
+pub(crate) mod share_records;
 pub(crate) mod store;
 pub(crate) mod streams;
 pub(crate) mod streams_records;
