@@ -252,7 +252,10 @@ impl SharePartition {
     }
 
     /// Hands up to `max_records` records to `member`: available ones first,
-    /// then new ones up to `readable_end`, within the in-flight cap.
+    /// then new ones, within the in-flight cap. The caller read the log from
+    /// `next_fetch_offset` and `fetched_end` is one past the last offset it
+    /// got: only records whose bytes go back with the answer may be handed
+    /// out (the client takes a missing one for a gap and archives it).
     /// `skip` are ranges not to deliver (aborted transactions under
     /// read_committed): they are archived instead.
     pub(crate) fn acquire(
@@ -260,7 +263,7 @@ impl SharePartition {
         member: &str,
         now: Instant,
         max_records: i64,
-        readable_end: i64,
+        fetched_end: i64,
         skip: &[(i64, i64)],
         s: &ShareSettings,
     ) -> Vec<Acquired> {
@@ -273,7 +276,7 @@ impl SharePartition {
         let again: Vec<i64> = self
             .records
             .iter()
-            .filter(|(_, r)| r.state == RecordState::Available)
+            .filter(|(o, r)| r.state == RecordState::Available && **o < fetched_end)
             .map(|(o, _)| *o)
             .collect();
         for o in again {
@@ -292,7 +295,7 @@ impl SharePartition {
             taken.push((o, r.delivery_count));
         }
         while (taken.len() as i64) < max_records
-            && self.end < readable_end
+            && self.end < fetched_end
             && self.end - self.start < s.max_in_flight
         {
             let o = self.end;
@@ -711,6 +714,20 @@ mod tests {
         assert_eq!(again[0], range(10, 10, 1));
         assert!(again.contains(&range(12, 12, 2)));
         assert!(!written.is_empty());
+    }
+
+    #[test]
+    fn only_records_the_fetch_read_are_handed_out() {
+        let s = settings();
+        let now = Instant::now();
+        let mut p = SharePartition::new(0);
+        p.acquire("a", now, 20, 20, &[], &s);
+        let acks = [ack(0, 8, AckType::Accept), ack(9, 19, AckType::Release)];
+        p.acknowledge("a", now, &acks, &s).unwrap();
+        // The fetch from offset 9 read only up to 15: 16-19 stay available.
+        assert_eq!(p.next_fetch_offset(), 9);
+        assert_eq!(p.acquire("b", now, 100, 16, &[], &s), vec![range(9, 15, 2)]);
+        assert_eq!(p.next_fetch_offset(), 16);
     }
 
     #[test]
