@@ -48,7 +48,8 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, streams_groups, topics, transactions, txn_markers, versions, Broker, Reply,
+    scram_credentials, share_groups, streams_groups, topics, transactions, txn_markers, versions,
+    Broker, Reply,
 };
 
 pub(super) struct Api {
@@ -195,6 +196,9 @@ pub(super) const APIS: &[Api] = &[
     partitions::DESCRIBE_TOPIC_PARTITIONS,
     consumer_groups::CONSUMER_GROUP_HEARTBEAT,
     consumer_groups::CONSUMER_GROUP_DESCRIBE,
+    share_groups::SHARE_GROUP_HEARTBEAT,
+    share_groups::SHARE_FETCH,
+    share_groups::SHARE_ACKNOWLEDGE,
     streams_groups::STREAMS_GROUP_HEARTBEAT,
     streams_groups::STREAMS_GROUP_DESCRIBE,
     streams_groups::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,

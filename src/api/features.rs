@@ -92,6 +92,11 @@ const FEATURES: &[Feature] = &[
         max: 1,
         default: 1,
     },
+    Feature {
+        name: "share.version",
+        max: 1,
+        default: 1,
+    },
 ];
 
 /// Where the epoch is kept in the stored map, next to the levels; no

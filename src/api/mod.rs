@@ -39,6 +39,7 @@ mod producers;
 mod quorum;
 mod quotas;
 mod scram_credentials;
+mod share_groups;
 mod streams_groups;
 mod topics;
 mod transactions;
@@ -154,6 +155,8 @@ pub(crate) struct Broker {
     /// Transactions v2 batches waiting for their partition to join the
     /// producer's transaction.
     pub(crate) joins: Arc<produce::Joins>,
+    /// Share groups' share-partitions and sessions (KIP-932).
+    pub(crate) share: share_groups::ShareState,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -287,6 +290,7 @@ impl Broker {
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
             features: features::Features::new(),
             joins: Arc::default(),
+            share: Default::default(),
         }
     }
 

@@ -178,7 +178,8 @@ throttled!(
     AlterUserScramCredentialsResponse, ListConfigResourcesResponse, CreateDelegationTokenResponse,
     RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
     UpdateFeaturesResponse, StreamsGroupHeartbeatResponse, StreamsGroupDescribeResponse,
-    StreamsGroupTopologyDescriptionUpdateResponse;
+    StreamsGroupTopologyDescriptionUpdateResponse, ShareGroupHeartbeatResponse, ShareFetchResponse,
+    ShareAcknowledgeResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

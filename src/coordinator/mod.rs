@@ -1031,6 +1031,41 @@ impl GroupCoordinator {
         result
     }
 
+    /// ShareGroupHeartbeat. A member joining creates the group.
+    pub(crate) fn share_heartbeat(
+        &self,
+        group_id: &str,
+        params: share_group::HeartbeatParams,
+        cfg: &share_group::ShareGroupConfig,
+    ) -> Result<share_group::HeartbeatResult, CoordinatorError> {
+        self.check_active()?;
+        share_group::validate(group_id, &params)?;
+        let topics = self.topics();
+        let mut groups = self.groups.lock();
+        let now_ms = self.clock.now_ms();
+        let group = match groups.get_mut(group_id) {
+            Some(g) => g,
+            None if params.member_epoch == 0 => groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id, now_ms)),
+            None => {
+                return Err(CoordinatorError::GroupNotFound(format!(
+                    "Share group {group_id} not found."
+                )))
+            }
+        };
+        if group.share.is_none() {
+            if group.has_members() || group.consumer.is_some() || group.streams.is_some() {
+                return Err(CoordinatorError::GroupNotFound(format!(
+                    "Group {group_id} is not a share group."
+                )));
+            }
+            group.share = Some(share_group::ShareGroup::new(group_id));
+        }
+        let sg = group.share.as_mut().expect("set above");
+        sg.heartbeat(params, self.clock.now(), &topics, cfg)
+    }
+
     /// StreamsGroupDescribe: GROUP_ID_NOT_FOUND unless it is a Streams group.
     pub(crate) fn streams_describe(
         &self,
@@ -1095,6 +1130,12 @@ impl GroupCoordinator {
         let mut out: Vec<GroupListing> = groups
             .values()
             .map(|g| match &g.consumer {
+                None if g.share.is_some() => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: "share".to_string(),
+                    state: g.share.as_ref().map_or("Empty", |s| s.state()),
+                    group_type: "share",
+                },
                 None if g.streams.is_some() => GroupListing {
                     group_id: g.id.clone(),
                     protocol_type: "streams".to_string(),

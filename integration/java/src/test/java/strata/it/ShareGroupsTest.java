@@ -1,0 +1,78 @@
+package strata.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import strata.it.GroupSupport.StrataProcess;
+
+/** WIP: KafkaShareConsumer (KIP-932) against the in-memory share groups of the share-groups branch. */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class ShareGroupsTest {
+  @Test
+  void fiveConsumersShareOnePartitionAndEveryRecordIsDelivered() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-in");
+      String group = Kafka.topic("share-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+      }
+      Set<String> seen = ConcurrentHashMap.newKeySet();
+      ConcurrentHashMap<String, Integer> perConsumer = new ConcurrentHashMap<>();
+      AtomicBoolean stop = new AtomicBoolean();
+      List<Thread> threads = new ArrayList<>();
+      for (int i = 0; i < 5; i++) {
+        String name = "c" + i;
+        Thread t = new Thread(() -> {
+          Properties p = new Properties();
+          p.put("bootstrap.servers", bs);
+          p.put("group.id", group);
+          try (KafkaShareConsumer<String, String> c =
+              new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            c.subscribe(List.of(topic));
+            while (!stop.get()) {
+              for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                seen.add(r.value());
+                perConsumer.merge(name, 1, Integer::sum);
+              }
+            }
+          }
+        });
+        t.start();
+        threads.add(t);
+      }
+      Thread.sleep(8000);
+      try (KafkaProducer<String, String> pr =
+          new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+        for (int i = 0; i < 1000; i++) {
+          pr.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+          if (i % 50 == 0) pr.flush();
+        }
+      }
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+      while (seen.size() < 1000 && System.nanoTime() < deadline) Thread.sleep(200);
+      stop.set(true);
+      for (Thread t : threads) t.join(20000);
+      System.out.println("[share] per consumer: " + perConsumer + " distinct " + seen.size());
+      assertEquals(1000, seen.size(), "distinct records delivered\n" + broker.logs());
+    }
+  }
+}
