@@ -12,6 +12,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -73,6 +74,52 @@ class ShareGroupsTest {
       for (Thread t : threads) t.join(20000);
       System.out.println("[share] per consumer: " + perConsumer + " distinct " + seen.size());
       assertEquals(1000, seen.size(), "distinct records delivered\n" + broker.logs());
+    }
+  }
+
+  @Test
+  void releasedRecordsComeBackWithAHigherDeliveryCountAndRejectedOnesDoNot() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-ack");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+      }
+      Properties p = new Properties();
+      p.put("bootstrap.servers", bs);
+      p.put("group.id", Kafka.topic("share-ack-g"));
+      p.put("share.acknowledgement.mode", "explicit");
+      java.util.Map<String, List<Short>> deliveries = new java.util.TreeMap<>();
+      try (KafkaShareConsumer<String, String> c =
+          new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+        c.subscribe(List.of(topic));
+        long warm = System.nanoTime() + TimeUnit.SECONDS.toNanos(6);
+        while (System.nanoTime() < warm) c.poll(Duration.ofMillis(200));
+        try (KafkaProducer<String, String> pr =
+            new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+          for (int i = 0; i < 20; i++) pr.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(40);
+        while (System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+            short count = r.deliveryCount().orElse((short) -1);
+            deliveries.computeIfAbsent(r.value(), k -> new ArrayList<>()).add(count);
+            int i = Integer.parseInt(r.value().substring(1));
+            AcknowledgeType t = count == 1 ? (i % 2 == 0 ? AcknowledgeType.RELEASE : AcknowledgeType.REJECT)
+                : AcknowledgeType.ACCEPT;
+            c.acknowledge(r, t);
+          }
+          c.commitSync();
+          if (deliveries.size() == 20 && deliveries.entrySet().stream().filter(e -> Integer.parseInt(e.getKey().substring(1)) % 2 == 0).allMatch(e -> e.getValue().size() == 2)) break;
+        }
+      }
+      System.out.println("[share] deliveries " + deliveries);
+      for (int i = 0; i < 20; i++) {
+        List<Short> d = deliveries.get("v" + i);
+        List<Short> want = i % 2 == 0 ? List.of((short) 1, (short) 2) : List.of((short) 1);
+        assertEquals(want, d, "deliveries of v" + i + "\n" + broker.logs());
+      }
     }
   }
 }
