@@ -173,8 +173,38 @@ fn ack_batches(
     Ok(out)
 }
 
-fn settings() -> ShareSettings {
-    ShareSettings::default()
+/// The group's share settings: its configs over Kafka's defaults.
+fn settings(b: &Broker, group: &str) -> ShareSettings {
+    let configs = b.coordinator.group_configs().get(group);
+    let num = |name: &str| configs.get(name).and_then(|v| v.trim().parse::<i64>().ok());
+    let mut s = ShareSettings::default();
+    if let Some(v) = num("share.record.lock.duration.ms") {
+        s.lock_duration = Duration::from_millis(v.max(0) as u64);
+    }
+    if let Some(v) = num("share.delivery.count.limit") {
+        s.delivery_count_limit = v.clamp(1, i64::from(i16::MAX)) as i16;
+    }
+    if let Some(v) = num("share.partition.max.record.locks") {
+        s.max_in_flight = v.max(1);
+    }
+    if let Some(v) = configs.get("share.renew.acknowledge.enable") {
+        s.renew_enabled = v.trim() == "true";
+    }
+    s
+}
+
+/// Where a share-partition nobody read yet starts (share.auto.offset.reset).
+fn start_offset(b: &Broker, group: &str, p: &crate::log::Partition) -> i64 {
+    match b
+        .coordinator
+        .group_configs()
+        .get(group)
+        .get("share.auto.offset.reset")
+        .map(|v| v.trim())
+    {
+        Some("earliest") => p.log_start_offset(),
+        _ => p.high_watermark(),
+    }
 }
 
 /// Applies one partition's acknowledgements.
@@ -193,7 +223,7 @@ fn acknowledge_partition(
     let Some(p) = parts.get_mut(&key) else {
         return ResponseError::UnknownTopicOrPartition.code();
     };
-    match p.acknowledge(member, b.clock.now(), &batches, &settings()) {
+    match p.acknowledge(member, b.clock.now(), &batches, &settings(b, group)) {
         Ok(_) => 0,
         Err(e) => ack_code(&e),
     }
@@ -201,21 +231,22 @@ fn acknowledge_partition(
 
 fn release_session(b: &Broker, group: &str, member: &str) {
     let partitions = b.share.sessions.lock().close(group, member);
+    let s = settings(b, group);
     let mut parts = b.share.partitions.lock();
     for (t, p) in partitions {
         if let Some(sp) = parts.get_mut(&(group.to_string(), t, p)) {
-            sp.release_member(member, &settings());
+            sp.release_member(member, &s);
         }
     }
 }
 
 async fn share_fetch(b: Arc<Broker>, r: ShareFetchRequest, version: i16) -> ShareFetchResponse {
-    let lock_ms = settings().lock_duration.as_millis() as i32;
     let top = |code: i16| ShareFetchResponse::default().with_error_code(code);
     let (Some(group), Some(member)) = (r.group_id.as_ref(), r.member_id.as_ref()) else {
         return top(ResponseError::InvalidRequest.code());
     };
     let (group, member) = (group.to_string(), member.to_string());
+    let lock_ms = settings(&b, &group).lock_duration.as_millis() as i32;
     let requested: Vec<(Uuid, i32)> = r
         .topics
         .iter()
@@ -369,13 +400,14 @@ async fn fetch_partition(
     };
     let key = (group.to_string(), topic, index);
     let now = b.clock.now();
+    let s = settings(b, group);
     let from = {
         let mut parts = b.share.partitions.lock();
         let sp = parts
             .entry(key.clone())
-            .or_insert_with(|| SharePartition::new(partition.high_watermark()));
-        sp.expire_locks(now, &settings());
-        if !sp.can_acquire(partition.high_watermark(), &settings()) {
+            .or_insert_with(|| SharePartition::new(start_offset(b, group, &partition)));
+        sp.expire_locks(now, &s);
+        if !sp.can_acquire(partition.high_watermark(), &s) {
             return base;
         }
         sp.next_fetch_offset()
@@ -396,7 +428,7 @@ async fn fetch_partition(
     let acquired = {
         let mut parts = b.share.partitions.lock();
         let sp = parts.get_mut(&key).expect("created above");
-        sp.acquire(member, now, max_records, fetched_end, &[], &settings())
+        sp.acquire(member, now, max_records, fetched_end, &[], &s)
     };
     if acquired.is_empty() {
         return base;
@@ -466,6 +498,6 @@ async fn share_acknowledge(
         release_session(&b, &group, &member);
     }
     ShareAcknowledgeResponse::default()
-        .with_acquisition_lock_timeout_ms(settings().lock_duration.as_millis() as i32)
+        .with_acquisition_lock_timeout_ms(settings(&b, &group).lock_duration.as_millis() as i32)
         .with_responses(responses)
 }

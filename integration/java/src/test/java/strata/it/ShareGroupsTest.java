@@ -122,4 +122,56 @@ class ShareGroupsTest {
       }
     }
   }
+
+  @Test
+  void aPoisonRecordStopsAtTheDeliveryCountLimit() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-poison");
+      String group = Kafka.topic("share-poison-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+        var res = new org.apache.kafka.common.config.ConfigResource(
+            org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+        var ops = List.of(
+            new org.apache.kafka.clients.admin.AlterConfigOp(
+                new org.apache.kafka.clients.admin.ConfigEntry("share.delivery.count.limit", "2"),
+                org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET),
+            new org.apache.kafka.clients.admin.AlterConfigOp(
+                new org.apache.kafka.clients.admin.ConfigEntry("share.record.lock.duration.ms", "15000"),
+                org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET),
+            new org.apache.kafka.clients.admin.AlterConfigOp(
+                new org.apache.kafka.clients.admin.ConfigEntry("share.auto.offset.reset", "earliest"),
+                org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET));
+        a.incrementalAlterConfigs(java.util.Map.of(res, ops)).all().get();
+      }
+      try (KafkaProducer<String, String> pr =
+          new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+        pr.send(new ProducerRecord<>(topic, "poison", "poison"));
+        pr.send(new ProducerRecord<>(topic, "slow", "slow"));
+      }
+      Properties p = new Properties();
+      p.put("bootstrap.servers", bs);
+      p.put("group.id", group);
+      p.put("share.acknowledgement.mode", "explicit");
+      List<String> seen = new ArrayList<>();
+      try (KafkaShareConsumer<String, String> c =
+          new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+        c.subscribe(List.of(topic));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+        boolean slowHeld = false;
+        while (System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+            seen.add(r.value() + "#" + r.deliveryCount().orElse((short) -1));
+            // The poison one is released every time; "slow" is accepted.
+            c.acknowledge(r, r.value().equals("poison") ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT);
+          }
+          c.commitSync();
+        }
+      }
+      System.out.println("[share] poison run " + seen);
+      assertEquals(List.of("poison#1", "slow#1", "poison#2"), seen);
+    }
+  }
 }
