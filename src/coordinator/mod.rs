@@ -22,6 +22,7 @@ pub(crate) mod share_partition;
 pub(crate) mod share_records;
 pub(crate) mod share_session;
 pub(crate) mod share_state;
+pub(crate) mod share_store;
 pub(crate) mod store;
 pub(crate) mod streams;
 pub(crate) mod streams_records;
