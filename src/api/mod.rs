@@ -113,6 +113,8 @@ pub(crate) struct Services {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
+    /// The share coordinator (`__share_group_state`).
+    pub share: Arc<crate::coordinator::share_store::ShareCoordinator>,
     pub clock: SharedClock,
     /// Cluster mode: the brokers, the leaders, and what this one serves.
     pub cluster: Option<Arc<ClusterNode>>,
@@ -259,6 +261,7 @@ impl Broker {
             catalog,
             coordinator,
             txn,
+            share,
             clock,
             cluster,
             access,
@@ -290,7 +293,7 @@ impl Broker {
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
             features: features::Features::new(),
             joins: Arc::default(),
-            share: Default::default(),
+            share: share_groups::ShareState::new(share),
         }
     }
 

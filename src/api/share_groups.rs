@@ -30,7 +30,10 @@ use crate::coordinator::share_group::{HeartbeatParams, ShareGroupConfig};
 use crate::coordinator::share_partition::{
     AckBatch, AckError, AckType, SharePartition, ShareSettings,
 };
+use crate::coordinator::share_records::ShareKey;
 use crate::coordinator::share_session::{FetchContext, SessionError, ShareSessions};
+use crate::coordinator::share_state::Write;
+use crate::coordinator::share_store::ShareCoordinator;
 use crate::format::batch::BatchHeader;
 
 pub(super) const SHARE_GROUP_HEARTBEAT: Api = api!(
@@ -63,19 +66,56 @@ error_codes! {
 
 type Key = (String, Uuid, i32);
 
-/// This broker's share-partitions and share sessions.
+/// This broker's share-partitions and share sessions, and the share
+/// coordinator their state is written to.
 pub(crate) struct ShareState {
     partitions: Mutex<HashMap<Key, SharePartition>>,
     sessions: Mutex<ShareSessions>,
+    coordinator: Arc<ShareCoordinator>,
 }
 
-impl Default for ShareState {
-    fn default() -> Self {
+impl ShareState {
+    pub(crate) fn new(coordinator: Arc<ShareCoordinator>) -> ShareState {
         ShareState {
             partitions: Mutex::new(HashMap::new()),
             sessions: Mutex::new(ShareSessions::new(2000)),
+            coordinator,
         }
     }
+}
+
+fn share_key(key: &Key) -> ShareKey {
+    ShareKey {
+        group: key.0.clone(),
+        topic_id: key.1,
+        partition: key.2,
+    }
+}
+
+/// Writes a share-partition's whole state (its coordinator keeps one
+/// snapshot per key) and waits until it is durable.
+async fn persist(b: &Broker, key: &Key) -> Result<(), i16> {
+    let w = {
+        let parts = b.share.partitions.lock();
+        let Some(p) = parts.get(key) else {
+            return Ok(());
+        };
+        Write {
+            state_epoch: 0,
+            leader_epoch: 0,
+            start_offset: p.start(),
+            delivery_complete_count: p.delivery_complete_count(),
+            batches: p.state_batches(),
+        }
+    };
+    b.share
+        .coordinator
+        .write(&share_key(key), &w)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "could not write share-partition state");
+            ResponseError::CoordinatorNotAvailable.code()
+        })
 }
 
 fn s(v: &str) -> StrBytes {
@@ -207,8 +247,9 @@ fn start_offset(b: &Broker, group: &str, p: &crate::log::Partition) -> i64 {
     }
 }
 
-/// Applies one partition's acknowledgements.
-fn acknowledge_partition(
+/// Applies one partition's acknowledgements and persists the result
+/// before they count as done.
+async fn acknowledge_partition(
     b: &Broker,
     group: &str,
     member: &str,
@@ -219,24 +260,39 @@ fn acknowledge_partition(
         Ok(v) => v,
         Err(e) => return ack_code(&e),
     };
-    let mut parts = b.share.partitions.lock();
-    let Some(p) = parts.get_mut(&key) else {
-        return ResponseError::UnknownTopicOrPartition.code();
+    let changed = {
+        let mut parts = b.share.partitions.lock();
+        let Some(p) = parts.get_mut(&key) else {
+            return ResponseError::UnknownTopicOrPartition.code();
+        };
+        match p.acknowledge(member, b.clock.now(), &batches, &settings(b, group)) {
+            Ok(changed) => !changed.is_empty(),
+            Err(e) => return ack_code(&e),
+        }
     };
-    match p.acknowledge(member, b.clock.now(), &batches, &settings(b, group)) {
-        Ok(_) => 0,
-        Err(e) => ack_code(&e),
+    match changed {
+        true => persist(b, &key).await.err().unwrap_or(0),
+        false => 0,
     }
 }
 
-fn release_session(b: &Broker, group: &str, member: &str) {
+async fn release_session(b: &Broker, group: &str, member: &str) {
     let partitions = b.share.sessions.lock().close(group, member);
     let s = settings(b, group);
-    let mut parts = b.share.partitions.lock();
-    for (t, p) in partitions {
-        if let Some(sp) = parts.get_mut(&(group.to_string(), t, p)) {
-            sp.release_member(member, &s);
+    let mut released = Vec::new();
+    {
+        let mut parts = b.share.partitions.lock();
+        for (t, p) in partitions {
+            let key = (group.to_string(), t, p);
+            if let Some(sp) = parts.get_mut(&key) {
+                if !sp.release_member(member, &s).is_empty() {
+                    released.push(key);
+                }
+            }
         }
+    }
+    for key in released {
+        let _ = persist(b, &key).await;
     }
 }
 
@@ -292,7 +348,7 @@ async fn share_fetch(b: Arc<Broker>, r: ShareFetchRequest, version: i16) -> Shar
                 version >= 2,
             );
             let key = (group.clone(), t.topic_id, p.partition_index);
-            let code = acknowledge_partition(&b, &group, &member, key, batches);
+            let code = acknowledge_partition(&b, &group, &member, key, batches).await;
             ack_results.insert((t.topic_id, p.partition_index), code);
         }
     }
@@ -370,7 +426,7 @@ async fn share_fetch(b: Arc<Broker>, r: ShareFetchRequest, version: i16) -> Shar
         );
     }
     if r.share_session_epoch == -1 {
-        release_session(&b, &group, &member);
+        release_session(&b, &group, &member).await;
     }
     ShareFetchResponse::default()
         .with_acquisition_lock_timeout_ms(lock_ms)
@@ -401,12 +457,32 @@ async fn fetch_partition(
     let key = (group.to_string(), topic, index);
     let now = b.clock.now();
     let s = settings(b, group);
+    if !b.share.partitions.lock().contains_key(&key) {
+        let start = start_offset(b, group, &partition);
+        let loaded = match b.share.coordinator.load(&share_key(&key), 0, start).await {
+            Ok(state) => SharePartition::restore(state.start_offset.max(0), &state.batches),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not load share-partition state");
+                return base.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+            }
+        };
+        b.share
+            .partitions
+            .lock()
+            .entry(key.clone())
+            .or_insert(loaded);
+    }
+    let expired = {
+        let mut parts = b.share.partitions.lock();
+        let sp = parts.get_mut(&key).expect("loaded above");
+        !sp.expire_locks(now, &s).is_empty()
+    };
+    if expired {
+        let _ = persist(b, &key).await;
+    }
     let from = {
         let mut parts = b.share.partitions.lock();
-        let sp = parts
-            .entry(key.clone())
-            .or_insert_with(|| SharePartition::new(start_offset(b, group, &partition)));
-        sp.expire_locks(now, &s);
+        let sp = parts.get_mut(&key).expect("loaded above");
         if !sp.can_acquire(partition.high_watermark(), &s) {
             return base;
         }
@@ -468,34 +544,32 @@ async fn share_acknowledge(
     {
         return top(session_code(&e));
     }
-    let responses = r
-        .topics
-        .iter()
-        .map(|t| {
+    let mut responses = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            let batches = ack_batches(
+                p.acknowledgement_batches
+                    .iter()
+                    .map(|a| (a.first_offset, a.last_offset, a.acknowledge_types.clone())),
+                version >= 2,
+            );
+            let key = (group.clone(), t.topic_id, p.partition_index);
+            let code = acknowledge_partition(&b, &group, &member, key, batches).await;
+            partitions.push(
+                AckData::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code),
+            );
+        }
+        responses.push(
             ShareAcknowledgeTopicResponse::default()
                 .with_topic_id(t.topic_id)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            let batches = ack_batches(
-                                p.acknowledgement_batches.iter().map(|a| {
-                                    (a.first_offset, a.last_offset, a.acknowledge_types.clone())
-                                }),
-                                version >= 2,
-                            );
-                            let key = (group.clone(), t.topic_id, p.partition_index);
-                            let code = acknowledge_partition(&b, &group, &member, key, batches);
-                            AckData::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+                .with_partitions(partitions),
+        );
+    }
     if r.share_session_epoch == -1 {
-        release_session(&b, &group, &member);
+        release_session(&b, &group, &member).await;
     }
     ShareAcknowledgeResponse::default()
         .with_acquisition_lock_timeout_ms(settings(&b, &group).lock_duration.as_millis() as i32)

@@ -161,3 +161,80 @@ mod tests {
         assert_eq!(want.start_offset, 3);
     }
 }
+
+/// The share coordinator: the states behind `__share_group_state`, written
+/// through before each change is acknowledged.
+pub(crate) struct ShareCoordinator {
+    store: ShareStateStore,
+    states: parking_lot::Mutex<ShareStates>,
+    clock: SharedClock,
+}
+
+/// Why the share coordinator could not serve a request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ShareStoreError {
+    #[error(transparent)]
+    State(#[from] super::share_state::StateError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+impl ShareCoordinator {
+    /// Replays the topic (after the tier opened, so tiered records are read).
+    pub(crate) async fn open(
+        store: ShareStateStore,
+        clock: SharedClock,
+    ) -> Result<ShareCoordinator, LogError> {
+        let states = store.replay().await?;
+        Ok(ShareCoordinator {
+            store,
+            states: parking_lot::Mutex::new(states),
+            clock,
+        })
+    }
+
+    /// A share-partition's state for its leader at `leader_epoch`, first
+    /// initialized at `start` if it has none.
+    pub(crate) async fn load(
+        &self,
+        key: &super::share_records::ShareKey,
+        leader_epoch: i32,
+        start: i64,
+    ) -> Result<super::share_state::ReadState, ShareStoreError> {
+        let now = self.clock.now_ms();
+        let (read, records) = {
+            let mut states = self.states.lock();
+            let mut records = Vec::new();
+            let read = match states.read(key, leader_epoch, now) {
+                Ok((read, fence)) => {
+                    records.extend(fence);
+                    read
+                }
+                Err(super::share_state::StateError::InvalidRequest(_)) => {
+                    records.push(states.initialize(key, 0, start, now)?);
+                    let (read, fence) = states.read(key, leader_epoch, now)?;
+                    records.extend(fence);
+                    read
+                }
+                Err(e) => return Err(e.into()),
+            };
+            (read, records)
+        };
+        let end = self.store.append(&records)?;
+        self.store.durable(end).await?;
+        Ok(read)
+    }
+
+    /// Writes a share-partition's new state and waits until it is durable.
+    pub(crate) async fn write(
+        &self,
+        key: &super::share_records::ShareKey,
+        w: &super::share_state::Write,
+    ) -> Result<(), ShareStoreError> {
+        let now = self.clock.now_ms();
+        let record = self.states.lock().write(key, w, now)?;
+        let end = self.store.append(&[record])?;
+        self.store.durable(end).await?;
+        Ok(())
+    }
+}

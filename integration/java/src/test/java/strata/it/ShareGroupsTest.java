@@ -174,4 +174,72 @@ class ShareGroupsTest {
       assertEquals(List.of("poison#1", "slow#1", "poison#2"), seen);
     }
   }
+
+  @Test
+  void acknowledgementsSurviveAKill9OfTheBroker() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-kill");
+      String group = Kafka.topic("share-kill-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+        var res = new org.apache.kafka.common.config.ConfigResource(
+            org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+        a.incrementalAlterConfigs(java.util.Map.of(res, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(
+            new org.apache.kafka.clients.admin.ConfigEntry("share.auto.offset.reset", "earliest"),
+            org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get();
+      }
+      try (KafkaProducer<String, String> pr =
+          new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+        for (int i = 0; i < 20; i++) pr.send(new ProducerRecord<>(topic, "k" + i, "v" + i));
+      }
+      Properties p = new Properties();
+      p.put("bootstrap.servers", bs);
+      p.put("group.id", group);
+      p.put("share.acknowledgement.mode", "explicit");
+      Set<String> first = new java.util.TreeSet<>();
+      try (KafkaShareConsumer<String, String> c =
+          new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+        c.subscribe(List.of(topic));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (first.size() < 20 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+            first.add(r.value());
+            int i = Integer.parseInt(r.value().substring(1));
+            c.acknowledge(r, i < 10 ? AcknowledgeType.ACCEPT : AcknowledgeType.RELEASE);
+          }
+          c.commitSync();
+        }
+      }
+      assertEquals(20, first.size(), "first pass");
+      broker.kill9();
+      broker.start();
+      java.util.Map<String, Short> after = new java.util.TreeMap<>();
+      try (KafkaShareConsumer<String, String> c =
+          new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+        c.subscribe(List.of(topic));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (after.size() < 10 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+            after.put(r.value(), r.deliveryCount().orElse((short) -1));
+            c.acknowledge(r, AcknowledgeType.ACCEPT);
+          }
+          c.commitSync();
+        }
+        // Nothing more comes.
+        long settle = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+        while (System.nanoTime() < settle) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+            after.put(r.value(), r.deliveryCount().orElse((short) -1));
+            c.acknowledge(r, AcknowledgeType.ACCEPT);
+          }
+        }
+      }
+      System.out.println("[share] after kill -9: " + after);
+      java.util.Map<String, Short> want = new java.util.TreeMap<>();
+      for (int i = 10; i < 20; i++) want.put("v" + i, (short) 2);
+      assertEquals(want, after, "redelivered after kill -9\n" + broker.logs());
+    }
+  }
 }
