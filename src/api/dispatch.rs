@@ -197,6 +197,7 @@ pub(super) const APIS: &[Api] = &[
     consumer_groups::CONSUMER_GROUP_HEARTBEAT,
     consumer_groups::CONSUMER_GROUP_DESCRIBE,
     share_groups::SHARE_GROUP_HEARTBEAT,
+    share_groups::SHARE_GROUP_DESCRIBE,
     share_groups::SHARE_FETCH,
     share_groups::SHARE_ACKNOWLEDGE,
     streams_groups::STREAMS_GROUP_HEARTBEAT,

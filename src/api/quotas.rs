@@ -179,6 +179,7 @@ throttled!(
     RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
     UpdateFeaturesResponse, StreamsGroupHeartbeatResponse, StreamsGroupDescribeResponse,
     StreamsGroupTopologyDescriptionUpdateResponse, ShareGroupHeartbeatResponse, ShareFetchResponse,
+    ShareGroupDescribeResponse,
     ShareAcknowledgeResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse

@@ -47,6 +47,11 @@ pub(super) const SHARE_GROUP_HEARTBEAT: Api = api!(
         ShareGroupHeartbeatResponse::default().with_error_code(GROUP_DENIED)
     })
 );
+pub(super) const SHARE_GROUP_DESCRIBE: Api = api!(
+    ShareGroupDescribeRequest,
+    1..=1,
+    ready(share_group_describe)
+);
 pub(super) const SHARE_FETCH: Api = api!(
     ShareFetchRequest,
     1..=2,
@@ -60,6 +65,7 @@ pub(super) const SHARE_ACKNOWLEDGE: Api = api!(
 
 error_codes! {
     ShareGroupHeartbeatResponse => |r, f| f(r.error_code);
+    ShareGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
     ShareFetchResponse => |r, f| f(r.error_code);
     ShareAcknowledgeResponse => |r, f| f(r.error_code);
 }
@@ -160,6 +166,70 @@ async fn share_group_heartbeat(
             .with_error_code(error_code(&e))
             .with_error_message(Some(s(&e.to_string()))),
     }
+}
+
+fn share_group_describe(
+    b: &Arc<Broker>,
+    r: ShareGroupDescribeRequest,
+    cx: &super::dispatch::Ctx<'_>,
+) -> ShareGroupDescribeResponse {
+    use kafka_protocol::messages::share_group_describe_response as d;
+    let groups = r
+        .group_ids
+        .into_iter()
+        .map(|id| {
+            let group = d::DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(i32::MIN);
+            if !b.on_group(cx, Operation::Describe, id.as_str()) {
+                return group.with_error_code(GROUP_DENIED);
+            }
+            match b.coordinator.share_describe(id.as_str()) {
+                Err(e) => group
+                    .with_error_code(error_code(&e))
+                    .with_error_message(Some(s(&e.to_string())))
+                    .with_group_state(StrBytes::from_static_str("Dead")),
+                Ok((state, epoch, assignment_epoch, members)) => group
+                    .with_group_state(StrBytes::from_static_str(state))
+                    .with_group_epoch(epoch)
+                    .with_assignment_epoch(assignment_epoch)
+                    .with_assignor_name(StrBytes::from_static_str("simple"))
+                    .with_members(
+                        members
+                            .into_iter()
+                            .map(|m| {
+                                let tps = m
+                                    .assigned
+                                    .iter()
+                                    .filter_map(|(id, ps)| {
+                                        let t = b.catalog.topic_by_id(*id)?;
+                                        Some(
+                                            d::TopicPartitions::default()
+                                                .with_topic_id(*id)
+                                                .with_topic_name(TopicName(s(t.name())))
+                                                .with_partitions(ps.iter().copied().collect()),
+                                        )
+                                    })
+                                    .collect();
+                                d::Member::default()
+                                    .with_member_id(s(&m.id))
+                                    .with_rack_id(m.rack_id.as_deref().map(s))
+                                    .with_member_epoch(m.epoch)
+                                    .with_client_id(s(&m.client_id))
+                                    .with_client_host(s(&m.client_host))
+                                    .with_subscribed_topic_names(
+                                        m.subscribed.iter().map(|t| TopicName(s(t))).collect(),
+                                    )
+                                    .with_assignment(
+                                        d::Assignment::default().with_topic_partitions(tps),
+                                    )
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    ShareGroupDescribeResponse::default().with_groups(groups)
 }
 
 fn session_code(e: &SessionError) -> i16 {

@@ -1068,6 +1068,28 @@ impl GroupCoordinator {
         sg.heartbeat(params, self.clock.now(), &topics, cfg)
     }
 
+    /// ShareGroupDescribe: the group's state, epochs and members with their
+    /// assignments, or GROUP_ID_NOT_FOUND unless it is a share group.
+    pub(crate) fn share_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<(&'static str, i32, i32, Vec<share_group::Member>), CoordinatorError> {
+        self.check_active()?;
+        let groups = self.groups.lock();
+        let g = groups.get(group_id).ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} not found."))
+        })?;
+        let sg = g.share.as_ref().ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} is not a share group."))
+        })?;
+        Ok((
+            sg.state(),
+            sg.epoch,
+            sg.assignment_epoch,
+            sg.members().cloned().collect(),
+        ))
+    }
+
     /// StreamsGroupDescribe: GROUP_ID_NOT_FOUND unless it is a Streams group.
     pub(crate) fn streams_describe(
         &self,

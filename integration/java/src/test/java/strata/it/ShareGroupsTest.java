@@ -70,6 +70,13 @@ class ShareGroupsTest {
       }
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
       while (seen.size() < 1000 && System.nanoTime() < deadline) Thread.sleep(200);
+      try (Admin a = GroupSupport.admin(bs)) {
+        var d = a.describeShareGroups(List.of(group)).all().get().get(group);
+        System.out.println("[share] described " + d);
+        assertEquals(5, d.members().size(), d.toString());
+        assertEquals(org.apache.kafka.common.GroupState.STABLE, d.groupState(), d.toString());
+        for (var m : d.members()) assertEquals(1, m.assignment().topicPartitions().size(), d.toString());
+      }
       stop.set(true);
       for (Thread t : threads) t.join(20000);
       System.out.println("[share] per consumer: " + perConsumer + " distinct " + seen.size());
