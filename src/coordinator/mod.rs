@@ -1050,11 +1050,10 @@ impl GroupCoordinator {
             None if params.member_epoch == 0 => groups
                 .entry(group_id.to_string())
                 .or_insert_with(|| Group::new(group_id, now_ms)),
-            None => {
-                return Err(CoordinatorError::GroupNotFound(format!(
-                    "Share group {group_id} not found."
-                )))
-            }
+            // Membership is not persisted yet: after a restart a member must
+            // rejoin, which UNKNOWN_MEMBER_ID makes it do (GROUP_ID_NOT_FOUND
+            // is fatal to the Java client).
+            None => return Err(CoordinatorError::UnknownMemberId),
         };
         if group.share.is_none() {
             if group.has_members() || group.consumer.is_some() || group.streams.is_some() {

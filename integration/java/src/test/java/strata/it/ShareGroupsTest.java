@@ -249,4 +249,46 @@ class ShareGroupsTest {
       assertEquals(want, after, "redelivered after kill -9\n" + broker.logs());
     }
   }
+
+  @Test
+  void aConsumerKeepsConsumingAcrossABrokerKill9() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-live");
+      String group = Kafka.topic("share-live-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+        var res = new org.apache.kafka.common.config.ConfigResource(
+            org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+        a.incrementalAlterConfigs(java.util.Map.of(res, List.of(new org.apache.kafka.clients.admin.AlterConfigOp(
+            new org.apache.kafka.clients.admin.ConfigEntry("share.auto.offset.reset", "earliest"),
+            org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)))).all().get();
+      }
+      Properties p = new Properties();
+      p.put("bootstrap.servers", bs);
+      p.put("group.id", group);
+      Set<String> seen = new java.util.TreeSet<>();
+      try (KafkaShareConsumer<String, String> c =
+              new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+          KafkaProducer<String, String> pr =
+              new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+        c.subscribe(List.of(topic));
+        for (int i = 0; i < 10; i++) pr.send(new ProducerRecord<>(topic, "a" + i, "a" + i)).get();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (seen.size() < 10 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+        }
+        c.commitSync();
+        broker.kill9();
+        broker.start();
+        for (int i = 0; i < 10; i++) pr.send(new ProducerRecord<>(topic, "b" + i, "b" + i)).get();
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (seen.size() < 20 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) seen.add(r.value());
+        }
+      }
+      assertEquals(20, seen.size(), "records seen across the restart: " + seen + "\n" + broker.logs());
+    }
+  }
 }
