@@ -859,17 +859,7 @@ impl GroupCoordinator {
                 if !joining || group.has_members() {
                     return Err(CoordinatorError::GroupIdNotFound);
                 }
-                if group.protocol_type.is_some() {
-                    records.push((
-                        RecordKey::Group {
-                            group: group_id.to_string(),
-                        },
-                        None,
-                    ));
-                }
-                let offsets = std::mem::take(&mut group.offsets);
-                *group = Group::new(group_id, now_ms);
-                group.offsets = offsets;
+                group.start_over(now_ms, &mut records);
                 group.consumer = Some(ConsumerGroup::new(group_id, now_ms));
             }
             // The last consumer-protocol member leaving a group with classic
@@ -1009,17 +999,7 @@ impl GroupCoordinator {
                 if !joining || group.consumer.is_some() || group.has_members() {
                     return Err(not_streams());
                 }
-                if group.protocol_type.is_some() {
-                    records.push((
-                        RecordKey::Group {
-                            group: group_id.to_string(),
-                        },
-                        None,
-                    ));
-                }
-                let offsets = std::mem::take(&mut group.offsets);
-                *group = Group::new(group_id, now_ms);
-                group.offsets = offsets;
+                group.start_over(now_ms, &mut records);
                 group.streams = Some(streams::StreamsGroup::new(group_id, now_ms));
             }
             let sg = group.streams.as_mut().expect("set above");
