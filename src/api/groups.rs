@@ -186,7 +186,6 @@ fn handle_offset_commit(
     mut r: OffsetCommitRequest,
     cx: &Ctx<'_>,
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
-    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
     let by_id = cx.version >= 10;
     let (unknown, ids) = if by_id {
         name_topics_by_id(b, &mut r.topics, |t| (t.topic_id, &mut t.name))
@@ -194,21 +193,8 @@ fn handle_offset_commit(
         Default::default()
     };
     let unknown: Vec<_> = unknown
-        .into_iter()
-        .map(|t| {
-            OffsetCommitResponseTopic::default()
-                .with_topic_id(t.topic_id)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(ResponseError::UnknownTopicId.code())
-                        })
-                        .collect(),
-                )
-        })
+        .iter()
+        .map(|t| refused_commit(t, ResponseError::UnknownTopicId.code()))
         .collect();
     let (r, denied) = authorize_offset_commit(b, cx, r);
     let pending = offset_commit(b.clone(), r, cx.version);
@@ -365,31 +351,36 @@ fn authorize_offset_commit(
     OffsetCommitRequest,
     Vec<offset_commit_response::OffsetCommitResponseTopic>,
 ) {
-    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
     let group_ok = b.on_group(cx, Operation::Read, &req.group_id);
     let (ok, denied) = split(std::mem::take(&mut req.topics), |t| {
         group_ok && b.on_topic(cx, Operation::Read, &t.name)
     });
     req.topics = ok;
     let code = if group_ok { TOPIC_DENIED } else { GROUP_DENIED };
-    let denied = denied
-        .into_iter()
-        .map(|t| {
-            OffsetCommitResponseTopic::default()
-                .with_name(t.name)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
+    let denied = denied.iter().map(|t| refused_commit(t, code)).collect();
     (req, denied)
+}
+
+/// An OffsetCommit topic answered `code` for every partition, named as the
+/// request named it.
+fn refused_commit(
+    t: &offset_commit_request::OffsetCommitRequestTopic,
+    code: i16,
+) -> offset_commit_response::OffsetCommitResponseTopic {
+    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    OffsetCommitResponseTopic::default()
+        .with_name(t.name.clone())
+        .with_topic_id(t.topic_id)
+        .with_partitions(
+            t.partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(code)
+                })
+                .collect(),
+        )
 }
 
 /// OffsetFetch: DESCRIBE on each group; topics the principal may not

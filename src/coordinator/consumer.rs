@@ -396,21 +396,7 @@ impl ConsumerGroup {
     }
 
     fn metadata_hash(&mut self, topics: &Topics) -> i64 {
-        // FNV-1a over each subscribed topic's name, id and partition count.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for b in bytes {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        for name in self.subscribed_topics(topics) {
-            let t = &topics[&name];
-            eat(name.as_bytes());
-            eat(t.id.as_bytes());
-            eat(&t.partitions.to_be_bytes());
-        }
-        h as i64
+        metadata_hash(&self.subscribed_topics(topics), topics)
     }
 
     /// ConsumerGroupHeartbeat, validated with `validate`. New member ids
@@ -1384,6 +1370,26 @@ impl ConsumerGroup {
         records.extend(self.tombstones());
         records
     }
+}
+
+/// FNV-1a over the name, id and partition count of each of `names` that
+/// exists: a group's view of its topics, which changes when they do.
+pub(crate) fn metadata_hash(names: &BTreeSet<impl AsRef<str>>, topics: &Topics) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for name in names {
+        if let Some(t) = topics.get(name.as_ref()) {
+            eat(name.as_ref().as_bytes());
+            eat(t.id.as_bytes());
+            eat(&t.partitions.to_be_bytes());
+        }
+    }
+    h as i64
 }
 
 /// The key of a member's record: 5 subscription, 7 target, 8 current assignment.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::records::{GroupValue, MemberValue, OffsetValue};
+use super::records::{GroupValue, MemberValue, OffsetValue, RecordKey};
 use super::{CoordinatorConfig, CoordinatorError};
 use crate::clock::Random;
 
@@ -281,6 +281,26 @@ impl Group {
         g.state = GroupState::Stable;
         g.prepare_rebalance(now, now_ms, cfg);
         g
+    }
+
+    /// Starts the group over for another protocol, keeping its committed
+    /// offsets; an empty classic group's metadata gets its tombstone.
+    pub(crate) fn start_over(
+        &mut self,
+        now_ms: i64,
+        records: &mut Vec<(RecordKey, Option<Bytes>)>,
+    ) {
+        if self.protocol_type.is_some() {
+            records.push((
+                RecordKey::Group {
+                    group: self.id.clone(),
+                },
+                None,
+            ));
+        }
+        let offsets = std::mem::take(&mut self.offsets);
+        *self = Group::new(&self.id.clone(), now_ms);
+        self.offsets = offsets;
     }
 
     /// Members under either protocol.

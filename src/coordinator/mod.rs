@@ -845,6 +845,7 @@ impl GroupCoordinator {
             let mut groups = self.groups.lock();
             let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
             let joining = params.member_epoch == 0;
+            let created = !groups.contains_key(group_id);
             let group = match groups.get_mut(group_id) {
                 Some(g) => g,
                 None if joining => groups
@@ -864,17 +865,7 @@ impl GroupCoordinator {
                 if !joining || group.has_members() {
                     return Err(CoordinatorError::GroupIdNotFound);
                 }
-                if group.protocol_type.is_some() {
-                    records.push((
-                        RecordKey::Group {
-                            group: group_id.to_string(),
-                        },
-                        None,
-                    ));
-                }
-                let offsets = std::mem::take(&mut group.offsets);
-                *group = Group::new(group_id, now_ms);
-                group.offsets = offsets;
+                group.start_over(now_ms, &mut records);
                 group.consumer = Some(ConsumerGroup::new(group_id, now_ms));
             }
             // The last consumer-protocol member leaving a group with classic
@@ -918,6 +909,10 @@ impl GroupCoordinator {
                     &mut records,
                 )
             };
+            // A refused first heartbeat leaves no group behind.
+            if result.is_err() && created {
+                groups.remove(group_id);
+            }
             (result, self.store.append(&records)?)
         };
         if !records.is_empty() {
@@ -991,6 +986,7 @@ impl GroupCoordinator {
             let mut groups = self.groups.lock();
             let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
             let joining = params.member_epoch == 0;
+            let created = !groups.contains_key(group_id);
             let not_streams = || {
                 CoordinatorError::GroupNotFound(format!("Group {group_id} is not a streams group."))
             };
@@ -1009,22 +1005,16 @@ impl GroupCoordinator {
                 if !joining || group.consumer.is_some() || group.has_members() {
                     return Err(not_streams());
                 }
-                if group.protocol_type.is_some() {
-                    records.push((
-                        RecordKey::Group {
-                            group: group_id.to_string(),
-                        },
-                        None,
-                    ));
-                }
-                let offsets = std::mem::take(&mut group.offsets);
-                *group = Group::new(group_id, now_ms);
-                group.offsets = offsets;
+                group.start_over(now_ms, &mut records);
                 group.streams = Some(streams::StreamsGroup::new(group_id, now_ms));
             }
             let sg = group.streams.as_mut().expect("set above");
             let cfg = self.group_configs.streams(group_id, &self.config.streams);
             let result = sg.heartbeat(params, now, now_ms, &topics, &cfg, &mut records);
+            // A refused first heartbeat leaves no group behind.
+            if result.is_err() && created {
+                groups.remove(group_id);
+            }
             (result, self.store.append(&records)?)
         };
         if !records.is_empty() {
@@ -1802,6 +1792,48 @@ mod tests {
         GroupCoordinator::open(catalog, store, config, clock, random, None)
             .await
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_first_heartbeat_leaves_no_group_behind() {
+        use streams_records::{Subtopology, TopicInfo, Topology};
+        let dir = tempfile::tempdir().unwrap();
+        let c = coordinator(dir.path(), ManualClock::new(0), Duration::from_secs(60)).await;
+        // A repartition topic nobody writes: STREAMS_INVALID_TOPOLOGY.
+        let topology = Topology {
+            epoch: 0,
+            subtopologies: vec![Subtopology {
+                id: "0".into(),
+                repartition_source_topics: vec![TopicInfo {
+                    name: "orphan-repartition".into(),
+                    ..TopicInfo::default()
+                }],
+                ..Subtopology::default()
+            }],
+        };
+        let join = streams::HeartbeatParams {
+            member_id: "m".into(),
+            rebalance_timeout_ms: 1000,
+            topology: Some(topology),
+            owned: Some(Default::default()),
+            ..Default::default()
+        };
+        let refused = c.streams_heartbeat("g", join).await;
+        assert!(matches!(
+            refused,
+            Err(CoordinatorError::StreamsInvalidTopology(_))
+        ));
+        assert!(c.list().is_empty(), "a group is left");
+        let bad_assignor = HeartbeatParams {
+            member_id: "m".into(),
+            rebalance_timeout_ms: 1000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            server_assignor: Some("nope".into()),
+            owned: Some(Vec::new()),
+            ..Default::default()
+        };
+        assert!(c.consumer_heartbeat("h", bad_assignor, 1).await.is_err());
+        assert!(c.list().is_empty(), "a group is left");
     }
 
     fn committed(c: &GroupCoordinator) -> Option<i64> {

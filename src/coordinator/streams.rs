@@ -660,8 +660,8 @@ impl StreamsGroup {
             .map(|m| m.id.clone())
     }
 
-    /// FNV-1a over the name, id and partition count of every topic the
-    /// topology names that exists: a change means a new configuration.
+    /// Over every topic the topology names that exists: a change means a
+    /// new configuration.
     fn metadata_hash(&self, topics: &Topics) -> i64 {
         let Some(t) = &self.topology else { return 0 };
         let names: BTreeSet<&String> = t
@@ -674,21 +674,7 @@ impl StreamsGroup {
                     .chain(s.changelog_topics.iter().map(|c| &c.name))
             })
             .collect();
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for b in bytes {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
-        for name in names {
-            if let Some(m) = topics.get(name) {
-                eat(name.as_bytes());
-                eat(m.id.as_bytes());
-                eat(&m.partitions.to_be_bytes());
-            }
-        }
-        h as i64
+        super::consumer::metadata_hash(&names, topics)
     }
 
     fn assignment_configs(cfg: &StreamsGroupConfig) -> Vec<(String, String)> {
