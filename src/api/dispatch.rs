@@ -48,7 +48,7 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, share_groups, streams_groups, topics, transactions, txn_markers, versions,
+    scram_credentials, share_fetch, share_groups, streams_groups, topics, transactions, txn_markers, versions,
     Broker, Reply,
 };
 
@@ -79,6 +79,8 @@ pub(crate) struct Ctx<'a> {
     pub listener: &'a str,
     /// Whether delegation token requests may be served on this connection.
     pub delegation_tokens_allowed: bool,
+    /// Which connection the request came on.
+    pub connection: u64,
     /// The connection's mute, which a throttled response extends.
     pub mute: &'a Arc<super::Mute>,
 }
@@ -198,8 +200,8 @@ pub(super) const APIS: &[Api] = &[
     consumer_groups::CONSUMER_GROUP_DESCRIBE,
     share_groups::SHARE_GROUP_HEARTBEAT,
     share_groups::SHARE_GROUP_DESCRIBE,
-    share_groups::SHARE_FETCH,
-    share_groups::SHARE_ACKNOWLEDGE,
+    share_fetch::SHARE_FETCH,
+    share_fetch::SHARE_ACKNOWLEDGE,
     streams_groups::STREAMS_GROUP_HEARTBEAT,
     streams_groups::STREAMS_GROUP_DESCRIBE,
     streams_groups::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,

@@ -39,6 +39,7 @@ mod producers;
 mod quorum;
 mod quotas;
 mod scram_credentials;
+mod share_fetch;
 mod share_groups;
 mod streams_groups;
 mod topics;
@@ -68,6 +69,7 @@ pub(crate) use configs::StaticConfig;
 use dispatch::Ctx;
 pub(crate) use dispatch::Encoder;
 
+pub(crate) use share_fetch::{connection_closed, run_share_timers};
 pub(crate) use transactions::run_markers;
 
 /// An encoded response frame (length prefix included); empty when the
@@ -158,7 +160,7 @@ pub(crate) struct Broker {
     /// producer's transaction.
     pub(crate) joins: Arc<produce::Joins>,
     /// Share groups' share-partitions and sessions (KIP-932).
-    pub(crate) share: share_groups::ShareState,
+    pub(crate) share: share_fetch::ShareState,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -203,6 +205,8 @@ pub(crate) struct Session<'a> {
     /// Kafka refuses delegation token requests on PLAINTEXT, 1-way SSL and
     /// token-authenticated connections.
     pub delegation_tokens_allowed: bool,
+    /// Which connection it is (share sessions end with theirs).
+    pub connection: u64,
 }
 
 /// Whether this broker answers for a partition.
@@ -293,7 +297,7 @@ impl Broker {
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
             features: features::Features::new(),
             joins: Arc::default(),
-            share: share_groups::ShareState::new(share),
+            share: share_fetch::ShareState::new(share),
         }
     }
 
@@ -327,6 +331,7 @@ impl Broker {
             client_host,
             listener,
             delegation_tokens_allowed,
+            connection,
         } = *session;
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
@@ -363,6 +368,7 @@ impl Broker {
             principal,
             listener,
             delegation_tokens_allowed,
+            connection,
             mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)

@@ -132,6 +132,7 @@ pub struct CoordinatorConfig {
     pub wait_for_fsync: bool,
     pub consumer: ConsumerGroupConfig,
     pub streams: streams::StreamsGroupConfig,
+    pub share: share_group::ShareGroupConfig,
 }
 
 /// One committed offset to store.
@@ -275,6 +276,11 @@ impl GroupCoordinator {
             clock,
             random,
         })
+    }
+
+    /// The broker's share group settings with the group's overrides.
+    pub(crate) fn share_config(&self, group: &str) -> share_group::ShareGroupConfig {
+        self.group_configs.share(group, &self.config.share)
     }
 
     /// Each group's config overrides, which take effect at its next heartbeat.
@@ -1028,8 +1034,8 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         params: share_group::HeartbeatParams,
-        cfg: &share_group::ShareGroupConfig,
     ) -> Result<share_group::HeartbeatResult, CoordinatorError> {
+        let cfg = &self.share_config(group_id);
         self.check_active()?;
         share_group::validate(group_id, &params)?;
         let topics = self.topics();
@@ -1369,6 +1375,18 @@ impl GroupCoordinator {
                 let cfg = self.group_configs.streams(&g.id, &self.config.streams);
                 if let Some(sg) = &mut g.streams {
                     sg.remove_members(&expired, now_ms, topics, &cfg, &mut tombstones);
+                }
+            }
+            let expired = g
+                .share
+                .as_ref()
+                .map(|sg| sg.expired(now, &self.group_configs.share(&g.id, &self.config.share)))
+                .unwrap_or_default();
+            if !expired.is_empty() {
+                tracing::info!(group = %g.id, members = ?expired, "share group members expired");
+                let topics = topics.get_or_insert_with(|| self.topics());
+                if let Some(sg) = &mut g.share {
+                    sg.remove_members(&expired, topics);
                 }
             }
             g.tick(now, now_ms, &self.config);

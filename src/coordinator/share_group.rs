@@ -25,12 +25,14 @@ use super::assignor::Assignment;
 use super::consumer::{Topics, LEAVE_EPOCH};
 use super::CoordinatorError;
 
-/// Kafka's group.share.* membership settings.
+/// Kafka's group.share.* settings: membership, and what each
+/// share-partition of the group follows.
 #[derive(Debug, Clone)]
 pub struct ShareGroupConfig {
     pub heartbeat_interval: Duration,
     pub session_timeout: Duration,
     pub max_size: usize,
+    pub partition: super::share_partition::ShareSettings,
 }
 
 impl Default for ShareGroupConfig {
@@ -40,6 +42,7 @@ impl Default for ShareGroupConfig {
             heartbeat_interval: Duration::from_millis(5000),
             session_timeout: Duration::from_millis(45000),
             max_size: 200,
+            partition: Default::default(),
         }
     }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 /// The group settings a share-partition follows.
 #[derive(Debug, Clone)]
-pub(crate) struct ShareSettings {
+pub struct ShareSettings {
     /// group.share.record.lock.duration.ms (share.record.lock.duration.ms).
     pub lock_duration: Duration,
     /// group.share.delivery.count.limit.

@@ -88,8 +88,8 @@ impl ShareSessions {
         let key = (group.to_string(), member.to_string());
         match epoch {
             -1 => {
-                let s = self.sessions.get(&key).ok_or(SessionError::NotFound)?;
-                Ok(FetchContext::Final(s.partitions.clone()))
+                let s = self.sessions.remove(&key).ok_or(SessionError::NotFound)?;
+                Ok(FetchContext::Final(s.partitions))
             }
             0 => {
                 if acknowledging {
@@ -141,33 +141,30 @@ impl ShareSessions {
         }
     }
 
-    /// A ShareAcknowledge's session step.
+    /// A ShareAcknowledge's session step; epoch -1 ends the session and
+    /// names its partitions, to release the member's records on.
     pub(crate) fn acknowledge(
         &mut self,
         group: &str,
         member: &str,
         epoch: i32,
-    ) -> Result<(), SessionError> {
+        connection: u64,
+    ) -> Result<Option<Vec<TopicPartition>>, SessionError> {
         if epoch == 0 {
             return Err(SessionError::InvalidEpoch);
         }
         let key = (group.to_string(), member.to_string());
-        let s = self.sessions.get_mut(&key).ok_or(SessionError::NotFound)?;
-        if epoch > 0 {
-            if epoch != s.epoch {
-                return Err(SessionError::InvalidEpoch);
-            }
-            s.epoch = next(s.epoch);
+        if epoch < 0 {
+            let s = self.sessions.remove(&key).ok_or(SessionError::NotFound)?;
+            return Ok(Some(s.partitions));
         }
-        Ok(())
-    }
-
-    /// Ends a member's session; its partitions, to release its records on.
-    pub(crate) fn close(&mut self, group: &str, member: &str) -> Vec<TopicPartition> {
-        self.sessions
-            .remove(&(group.to_string(), member.to_string()))
-            .map(|s| s.partitions)
-            .unwrap_or_default()
+        let s = self.sessions.get_mut(&key).ok_or(SessionError::NotFound)?;
+        if epoch != s.epoch {
+            return Err(SessionError::InvalidEpoch);
+        }
+        s.epoch = next(s.epoch);
+        s.connection = connection;
+        Ok(None)
     }
 
     /// A connection dropped: the sessions last used on it end.
@@ -213,7 +210,7 @@ mod tests {
             })
         );
         // ShareAcknowledge shares the epoch.
-        assert_eq!(s.acknowledge("g", "m", 2), Ok(()));
+        assert_eq!(s.acknowledge("g", "m", 2, 1), Ok(None));
         assert_eq!(
             s.fetch("g", "m", 2, &[], &[], false, 1),
             Err(SessionError::InvalidEpoch)
@@ -225,7 +222,7 @@ mod tests {
                 added: vec![]
             })
         );
-        assert_eq!(s.acknowledge("g", "m", 0), Err(SessionError::InvalidEpoch));
+        assert_eq!(s.acknowledge("g", "m", 0, 1), Err(SessionError::InvalidEpoch));
         assert_eq!(
             s.fetch("g", "other", 5, &[], &[], false, 1),
             Err(SessionError::NotFound)
@@ -247,7 +244,10 @@ mod tests {
             s.fetch("g", "a", -1, &[], &[], true, 1),
             Ok(FetchContext::Final(vec![tp(0)]))
         );
-        assert_eq!(s.close("g", "a"), vec![tp(0)]);
+        assert_eq!(
+            s.fetch("g", "a", 1, &[], &[], false, 1),
+            Err(SessionError::NotFound)
+        );
         assert_eq!(
             s.disconnected(2),
             vec![(("g".to_string(), "b".to_string()), vec![tp(1)])]

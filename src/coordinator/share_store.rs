@@ -225,16 +225,21 @@ impl ShareCoordinator {
         Ok(read)
     }
 
-    /// Writes a share-partition's new state and waits until it is durable.
-    pub(crate) async fn write(
+    /// Applies a share-partition's new state and appends its record; the
+    /// change is durable once `durable` returns for the offset given back.
+    /// Callers append under their own lock, so writes land in their order.
+    pub(crate) fn write(
         &self,
         key: &super::share_records::ShareKey,
         w: &super::share_state::Write,
-    ) -> Result<(), ShareStoreError> {
+    ) -> Result<i64, ShareStoreError> {
         let now = self.clock.now_ms();
         let record = self.states.lock().write(key, w, now)?;
-        let end = self.store.append(&[record])?;
-        self.store.durable(end).await?;
-        Ok(())
+        Ok(self.store.append(&[record])?)
+    }
+
+    /// Waits until what was appended up to `end` is durable.
+    pub(crate) async fn durable(&self, end: i64) -> Result<(), ShareStoreError> {
+        Ok(self.store.durable(end).await?)
     }
 }

@@ -596,6 +596,10 @@ pub(super) fn spawn_jobs(
             ),
         );
     }
+    jobs.spawn(
+        "share timers",
+        crate::api::run_share_timers(broker.clone(), stop.clone()),
+    );
     let retention_check = Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
     jobs.spawn(
         "group timers",
