@@ -1034,7 +1034,11 @@ pub(super) fn delete_groups(
         .groups_names
         .into_iter()
         .map(|g| {
+            let share = broker.coordinator.is_share_group(g.as_str());
             let r = broker.coordinator.delete_group(g.as_str());
+            if share && r.is_ok() {
+                super::share_groups::delete_state(broker, g.as_str());
+            }
             let result = DeletableGroupResult::default().with_error_code(code_of(&r));
             let result = match &r {
                 Err(e) if version >= 3 => {

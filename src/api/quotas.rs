@@ -179,8 +179,8 @@ throttled!(
     RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
     UpdateFeaturesResponse, StreamsGroupHeartbeatResponse, StreamsGroupDescribeResponse,
     StreamsGroupTopologyDescriptionUpdateResponse, ShareGroupHeartbeatResponse, ShareFetchResponse,
-    ShareGroupDescribeResponse,
-    ShareAcknowledgeResponse;
+    ShareGroupDescribeResponse, ShareAcknowledgeResponse, DescribeShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
     SaslAuthenticateResponse
 );

@@ -37,7 +37,8 @@ use crate::coordinator::share_partition::{
 use crate::coordinator::share_records::ShareKey;
 use crate::coordinator::share_session::{FetchContext, SessionError, ShareSessions};
 use crate::coordinator::share_state::Write;
-use crate::coordinator::share_store::ShareCoordinator;
+use crate::coordinator::share_state::StateError;
+use crate::coordinator::share_store::{ShareCoordinator, ShareStoreError};
 use crate::format::batch::BatchHeader;
 
 pub(super) const SHARE_FETCH: Api = api!(
@@ -74,7 +75,7 @@ struct Loaded {
 pub(crate) struct ShareState {
     partitions: Mutex<HashMap<Key, Loaded>>,
     sessions: Mutex<ShareSessions>,
-    coordinator: Arc<ShareCoordinator>,
+    pub(super) coordinator: Arc<ShareCoordinator>,
     /// Woken when records become acquirable again (released, lock expired).
     returned: Notify,
 }
@@ -107,7 +108,7 @@ async fn persist(b: &Broker, key: &Key) -> Result<(), i16> {
         ResponseError::CoordinatorNotAvailable.code()
     };
     let end = {
-        let parts = b.share.partitions.lock();
+        let mut parts = b.share.partitions.lock();
         let Some(l) = parts.get(key) else {
             return Ok(());
         };
@@ -118,10 +119,18 @@ async fn persist(b: &Broker, key: &Key) -> Result<(), i16> {
             delivery_complete_count: l.partition.delivery_complete_count(),
             batches: l.partition.state_batches(),
         };
-        b.share
-            .coordinator
-            .write(&share_key(key), &w)
-            .map_err(|e| unavailable(&e))?
+        match b.share.coordinator.write(&share_key(key), &w) {
+            Ok(end) => end,
+            // A newer leader, or an operator's reset, took the state over:
+            // this copy is stale and is read again on the next fetch.
+            Err(ShareStoreError::State(
+                StateError::FencedLeaderEpoch | StateError::FencedStateEpoch,
+            )) => {
+                parts.remove(key);
+                return Err(ResponseError::NotLeaderOrFollower.code());
+            }
+            Err(e) => return Err(unavailable(&e)),
+        }
     };
     b.share
         .coordinator
@@ -166,6 +175,15 @@ pub(crate) async fn run_share_timers(b: Arc<Broker>, mut stop: watch::Receiver<b
                 .collect()
         };
         returned(&b, expired).await;
+    }
+}
+
+/// Drops this broker's copy of share-partitions whose state an operator
+/// changed: their next fetch loads the new state.
+pub(super) fn forget(b: &Broker, keys: &[ShareKey]) {
+    let mut parts = b.share.partitions.lock();
+    for k in keys {
+        parts.remove(&(k.group.clone(), k.topic_id, k.partition));
     }
 }
 
@@ -329,6 +347,9 @@ async fn share_fetch(
     connection: u64,
 ) -> ShareFetchResponse {
     let top = |code: i16| ShareFetchResponse::default().with_error_code(code);
+    if !super::share_groups::enabled(&b) {
+        return top(ResponseError::UnsupportedVersion.code());
+    }
     let (Some(group), Some(member)) = (r.group_id.as_ref(), r.member_id.as_ref()) else {
         return top(ResponseError::InvalidRequest.code());
     };
@@ -647,6 +668,9 @@ async fn share_acknowledge(
         PartitionData as AckData, ShareAcknowledgeTopicResponse,
     };
     let top = |code: i16| ShareAcknowledgeResponse::default().with_error_code(code);
+    if !super::share_groups::enabled(&b) {
+        return top(ResponseError::UnsupportedVersion.code());
+    }
     let (Some(group), Some(member)) = (r.group_id.as_ref(), r.member_id.as_ref()) else {
         return top(ResponseError::InvalidRequest.code());
     };

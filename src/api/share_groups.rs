@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -21,6 +22,7 @@ use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
 use crate::coordinator::share_group::HeartbeatParams;
+use crate::coordinator::share_records::ShareKey;
 
 pub(super) const SHARE_GROUP_HEARTBEAT: Api = api!(
     ShareGroupHeartbeatRequest,
@@ -52,6 +54,10 @@ async fn share_group_heartbeat(
     r: ShareGroupHeartbeatRequest,
     client: (String, String),
 ) -> ShareGroupHeartbeatResponse {
+    if !enabled(&b) {
+        return ShareGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::UnsupportedVersion.code());
+    }
     let params = HeartbeatParams {
         member_id: r.member_id.to_string(),
         member_epoch: r.member_epoch,
@@ -100,6 +106,9 @@ fn share_group_describe(
             let group = d::DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(i32::MIN);
+            if !enabled(b) {
+                return group.with_error_code(ResponseError::UnsupportedVersion.code());
+            }
             if !b.on_group(cx, Operation::Describe, id.as_str()) {
                 return group.with_error_code(GROUP_DENIED);
             }
@@ -149,4 +158,326 @@ fn share_group_describe(
         })
         .collect();
     ShareGroupDescribeResponse::default().with_groups(groups)
+}
+
+pub(super) const DESCRIBE_SHARE_GROUP_OFFSETS: Api = api!(
+    DescribeShareGroupOffsetsRequest,
+    0..=1,
+    ready(describe_offsets)
+);
+pub(super) const ALTER_SHARE_GROUP_OFFSETS: Api = api!(
+    AlterShareGroupOffsetsRequest,
+    0..=0,
+    later(|b, r, cx| {
+        let denied = denied_topics(b, cx, Operation::Read, r.topics.iter().map(|t| &t.topic_name));
+        alter_offsets(b.clone(), r, denied)
+    }),
+    acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
+        AlterShareGroupOffsetsResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+pub(super) const DELETE_SHARE_GROUP_OFFSETS: Api = api!(
+    DeleteShareGroupOffsetsRequest,
+    0..=0,
+    later(|b, r, cx| {
+        let denied = denied_topics(b, cx, Operation::Read, r.topics.iter().map(|t| &t.topic_name));
+        delete_offsets(b.clone(), r, denied)
+    }),
+    acl(Operation::Delete, Resource::Group(|r| &r.group_id), |_| {
+        DeleteShareGroupOffsetsResponse::default().with_error_code(GROUP_DENIED)
+    })
+);
+
+error_codes! {
+    DescribeShareGroupOffsetsResponse => |r, f| r.groups.iter().for_each(|g| {
+        f(g.error_code);
+        g.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    });
+    AlterShareGroupOffsetsResponse => |r, f| {
+        f(r.error_code);
+        r.responses.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    };
+    DeleteShareGroupOffsetsResponse => |r, f| {
+        f(r.error_code);
+        r.responses.iter().for_each(|t| f(t.error_code));
+    };
+}
+
+/// Whether `share.version` has share groups on.
+pub(super) fn enabled(b: &Broker) -> bool {
+    b.features.level(super::features::SHARE_VERSION) >= 1
+}
+
+/// The named topics `op` is refused on.
+fn denied_topics<'a>(
+    b: &Broker,
+    cx: &super::dispatch::Ctx<'_>,
+    op: Operation,
+    topics: impl Iterator<Item = &'a TopicName>,
+) -> Vec<String> {
+    topics
+        .filter(|t| !b.on_topic(cx, op, t.as_str()))
+        .map(|t| t.to_string())
+        .collect()
+}
+
+/// DescribeShareGroupOffsets: each share-partition's start offset and lag
+/// (the records above the start not yet acknowledged or archived), from
+/// the share coordinator's state.
+fn describe_offsets(
+    b: &Arc<Broker>,
+    r: DescribeShareGroupOffsetsRequest,
+    cx: &super::dispatch::Ctx<'_>,
+) -> DescribeShareGroupOffsetsResponse {
+    use kafka_protocol::messages::describe_share_group_offsets_response as d;
+    let groups = r
+        .groups
+        .into_iter()
+        .map(|g| {
+            let group = d::DescribeShareGroupOffsetsResponseGroup::default()
+                .with_group_id(g.group_id.clone());
+            if !enabled(b) {
+                return group.with_error_code(ResponseError::UnsupportedVersion.code());
+            }
+            if !b.on_group(cx, Operation::Describe, g.group_id.as_str()) {
+                return group.with_error_code(GROUP_DENIED);
+            }
+            let group_id = g.group_id.to_string();
+            // Null: every topic the group has state for.
+            let wanted: Vec<(String, Vec<i32>)> = match g.topics {
+                Some(ts) => ts
+                    .into_iter()
+                    .map(|t| (t.topic_name.to_string(), t.partitions))
+                    .collect(),
+                None => {
+                    let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
+                    for k in b.share.coordinator.keys_of(&group_id) {
+                        let Some(t) = b.catalog.topic_by_id(k.topic_id) else {
+                            continue;
+                        };
+                        if !b.on_topic(cx, Operation::Describe, t.name()) {
+                            continue;
+                        }
+                        match by_topic.iter_mut().find(|(n, _)| n == t.name()) {
+                            Some((_, ps)) => ps.push(k.partition),
+                            None => by_topic.push((t.name().to_string(), vec![k.partition])),
+                        }
+                    }
+                    by_topic
+                }
+            };
+            let topics = wanted
+                .into_iter()
+                .map(|(name, partitions)| {
+                    let unknown = |code: i16| {
+                        d::DescribeShareGroupOffsetsResponseTopic::default()
+                            .with_topic_name(TopicName(s(&name)))
+                            .with_partitions(
+                                partitions
+                                    .iter()
+                                    .map(|p| {
+                                        d::DescribeShareGroupOffsetsResponsePartition::default()
+                                            .with_partition_index(*p)
+                                            .with_start_offset(-1)
+                                            .with_lag(-1)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    };
+                    if !b.on_topic(cx, Operation::Describe, &name) {
+                        return unknown(ResponseError::TopicAuthorizationFailed.code());
+                    }
+                    let Some(topic) = b.catalog.topic(&name) else {
+                        return unknown(0);
+                    };
+                    let partitions = partitions
+                        .iter()
+                        .map(|p| {
+                            let key = ShareKey {
+                                group: group_id.clone(),
+                                topic_id: topic.id(),
+                                partition: *p,
+                            };
+                            let out = d::DescribeShareGroupOffsetsResponsePartition::default()
+                                .with_partition_index(*p)
+                                .with_lag(-1);
+                            let Some(sum) = b.share.coordinator.summary(&key) else {
+                                return out.with_start_offset(-1);
+                            };
+                            let out = out
+                                .with_start_offset(sum.start_offset)
+                                .with_leader_epoch(sum.leader_epoch);
+                            if sum.start_offset < 0 || sum.delivery_complete_count < 0 {
+                                return out;
+                            }
+                            match topic.partition(*p) {
+                                Some(part) => out.with_lag(
+                                    (part.high_watermark()
+                                        - sum.start_offset
+                                        - i64::from(sum.delivery_complete_count))
+                                    .max(0),
+                                ),
+                                None => out.with_error_code(
+                                    ResponseError::UnknownTopicOrPartition.code(),
+                                ),
+                            }
+                        })
+                        .collect();
+                    d::DescribeShareGroupOffsetsResponseTopic::default()
+                        .with_topic_name(TopicName(s(&name)))
+                        .with_topic_id(topic.id())
+                        .with_partitions(partitions)
+                })
+                .collect();
+            group.with_topics(topics)
+        })
+        .collect();
+    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+/// AlterShareGroupOffsets: an empty group's share-partitions start over at
+/// the given offsets, with nothing in flight. An absent group is created.
+async fn alter_offsets(
+    b: Arc<Broker>,
+    r: AlterShareGroupOffsetsRequest,
+    denied: Vec<String>,
+) -> AlterShareGroupOffsetsResponse {
+    use kafka_protocol::messages::alter_share_group_offsets_response as a;
+    let top = |code: i16, message: Option<String>| {
+        AlterShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.map(|m| s(&m)))
+    };
+    if !enabled(&b) {
+        return top(ResponseError::UnsupportedVersion.code(), None);
+    }
+    let group = r.group_id.to_string();
+    if let Err(e) = b.coordinator.share_group_empty(&group, true) {
+        return top(error_code(&e), Some(e.to_string()));
+    }
+    let mut resets = Vec::new();
+    let mut responses = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let name = t.topic_name.to_string();
+        let topic = b.catalog.topic(&name);
+        let mut out = a::AlterShareGroupOffsetsResponseTopic::default()
+            .with_topic_name(t.topic_name.clone())
+            .with_topic_id(topic.as_ref().map(|t| t.id()).unwrap_or_default());
+        for p in &t.partitions {
+            let code = match &topic {
+                _ if denied.contains(&name) => ResponseError::TopicAuthorizationFailed.code(),
+                Some(topic) if topic.partition(p.partition_index).is_some() => {
+                    let key = ShareKey {
+                        group: group.clone(),
+                        topic_id: topic.id(),
+                        partition: p.partition_index,
+                    };
+                    resets.push((key, p.start_offset));
+                    0
+                }
+                _ => ResponseError::UnknownTopicOrPartition.code(),
+            };
+            out.partitions.push(
+                a::AlterShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code),
+            );
+        }
+        responses.push(out);
+    }
+    if let Err(code) = write_through(&b, &resets.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), || {
+        b.share.coordinator.reset(&resets)
+    })
+    .await
+    {
+        return top(code, None);
+    }
+    AlterShareGroupOffsetsResponse::default().with_responses(responses)
+}
+
+/// DeleteShareGroupOffsets: an empty group forgets topics' share state;
+/// they start over from share.auto.offset.reset when next read.
+async fn delete_offsets(
+    b: Arc<Broker>,
+    r: DeleteShareGroupOffsetsRequest,
+    denied: Vec<String>,
+) -> DeleteShareGroupOffsetsResponse {
+    use kafka_protocol::messages::delete_share_group_offsets_response as d;
+    let top = |code: i16, message: Option<String>| {
+        DeleteShareGroupOffsetsResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.map(|m| s(&m)))
+    };
+    if !enabled(&b) {
+        return top(ResponseError::UnsupportedVersion.code(), None);
+    }
+    let group = r.group_id.to_string();
+    if let Err(e) = b.coordinator.share_group_empty(&group, false) {
+        return top(error_code(&e), Some(e.to_string()));
+    }
+    let held = b.share.coordinator.keys_of(&group);
+    let mut keys = Vec::new();
+    let mut responses = Vec::with_capacity(r.topics.len());
+    for t in &r.topics {
+        let name = t.topic_name.to_string();
+        let topic = b.catalog.topic(&name);
+        let out = d::DeleteShareGroupOffsetsResponseTopic::default()
+            .with_topic_name(t.topic_name.clone())
+            .with_topic_id(topic.as_ref().map(|t| t.id()).unwrap_or_default());
+        let out = match &topic {
+            _ if denied.contains(&name) => {
+                out.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+            }
+            None => out.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+            Some(topic) => {
+                let of_topic: Vec<ShareKey> = held
+                    .iter()
+                    .filter(|k| k.topic_id == topic.id())
+                    .cloned()
+                    .collect();
+                if of_topic.is_empty() {
+                    out.with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(s("There is no offset information to delete.")))
+                } else {
+                    keys.extend(of_topic);
+                    out
+                }
+            }
+        };
+        responses.push(out);
+    }
+    if let Err(code) = write_through(&b, &keys, || b.share.coordinator.delete(&keys)).await {
+        return top(code, None);
+    }
+    DeleteShareGroupOffsetsResponse::default().with_responses(responses)
+}
+
+/// A deleted share group's share-partition states go with it.
+pub(super) fn delete_state(b: &Broker, group: &str) {
+    let keys = b.share.coordinator.keys_of(group);
+    super::share_fetch::forget(b, &keys);
+    if let Err(e) = b.share.coordinator.delete(&keys) {
+        tracing::warn!(group, error = %e, "could not delete a share group's state");
+    }
+}
+
+/// Runs an operator's change of share state, drops what this broker held
+/// of those share-partitions (their next fetch loads the new state) and
+/// waits until the change is durable.
+async fn write_through(
+    b: &Broker,
+    keys: &[ShareKey],
+    change: impl FnOnce() -> Result<i64, crate::coordinator::share_store::ShareStoreError>,
+) -> Result<(), i16> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let unavailable = |e: crate::coordinator::share_store::ShareStoreError| {
+        tracing::warn!(error = %e, "could not change share state");
+        ResponseError::CoordinatorNotAvailable.code()
+    };
+    let end = change().map_err(unavailable)?;
+    super::share_fetch::forget(b, keys);
+    b.share.coordinator.durable(end).await.map_err(unavailable)
 }

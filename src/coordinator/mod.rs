@@ -1060,7 +1060,58 @@ impl GroupCoordinator {
             group.share = Some(share_group::ShareGroup::new(group_id));
         }
         let sg = group.share.as_mut().expect("set above");
-        sg.heartbeat(params, self.clock.now(), &topics, cfg)
+        let epoch = sg.epoch;
+        let result = sg.heartbeat(params, self.clock.now(), &topics, cfg);
+        // Membership is not written (members rejoin after a failover); the
+        // group and its epoch are, so it outlives its members.
+        if sg.epoch != epoch {
+            if let Err(e) = self.store.append(&[sg.epoch_record()]) {
+                tracing::error!(group = group_id, error = %e, "could not persist share group");
+            }
+        }
+        result
+    }
+
+    /// Whether `group_id` is a share group; GROUP_ID_NOT_FOUND if it is
+    /// another kind, and with `create` an absent one becomes an empty
+    /// share group (AlterShareGroupOffsets). NON_EMPTY_GROUP while it has
+    /// members: its offsets change only while nobody reads.
+    pub(crate) fn share_group_empty(
+        &self,
+        group_id: &str,
+        create: bool,
+    ) -> Result<(), CoordinatorError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(CoordinatorError::InvalidGroupId);
+        }
+        let mut groups = self.groups.lock();
+        let g = match groups.get_mut(group_id) {
+            Some(g) => g,
+            None if create => {
+                let mut g = Group::new(group_id, self.clock.now_ms());
+                let sg = share_group::ShareGroup::new(group_id);
+                self.store.append(&[sg.epoch_record()])?;
+                g.share = Some(sg);
+                groups.entry(group_id.to_string()).or_insert(g)
+            }
+            None => return Err(CoordinatorError::GroupIdNotFound),
+        };
+        match &g.share {
+            None => Err(CoordinatorError::GroupNotFound(format!(
+                "Group {group_id} is not a share group."
+            ))),
+            Some(_) if g.has_members() => Err(CoordinatorError::NonEmptyGroup),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Whether `group_id` is a share group.
+    pub(crate) fn is_share_group(&self, group_id: &str) -> bool {
+        self.groups
+            .lock()
+            .get(group_id)
+            .is_some_and(|g| g.share.is_some())
     }
 
     /// ShareGroupDescribe: the group's state, epochs and members with their
@@ -1184,7 +1235,7 @@ impl GroupCoordinator {
     pub(crate) fn describe(&self, group_id: &str) -> Result<GroupDescription, NotDescribed> {
         let groups = self.groups.lock();
         let g = groups.get(group_id).ok_or(NotDescribed::NotFound)?;
-        if g.consumer.is_some() || g.streams.is_some() {
+        if g.consumer.is_some() || g.streams.is_some() || g.share.is_some() {
             return Err(NotDescribed::NotClassic);
         }
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -1238,10 +1289,11 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        match (&group.consumer, &group.streams) {
-            (Some(cg), _) => records.extend(cg.tombstones()),
-            (_, Some(sg)) => records.extend(sg.tombstones()),
-            (None, None) => records.push((
+        match (&group.consumer, &group.streams, &group.share) {
+            (Some(cg), _, _) => records.extend(cg.tombstones()),
+            (_, Some(sg), _) => records.extend(sg.tombstones()),
+            (_, _, Some(sg)) => records.push((sg.epoch_record().0, None)),
+            (None, None, None) => records.push((
                 RecordKey::Group {
                     group: group_id.to_string(),
                 },
@@ -1405,7 +1457,9 @@ impl GroupCoordinator {
         let dead: Vec<String> = groups
             .values()
             .filter(|g| {
-                g.is_idle() && (expire_offsets || (g.consumer.is_none() && g.streams.is_none()))
+                g.is_idle()
+                    && g.share.is_none()
+                    && (expire_offsets || (g.consumer.is_none() && g.streams.is_none()))
             })
             .map(|g| g.id.clone())
             .collect();
@@ -1600,6 +1654,23 @@ fn restore_consumer(
                     consumer_of(groups, &group).restore_current(&member, v, now);
                 }
             }
+            RecordKey::ShareGroup { group } => match value {
+                Some(v) => {
+                    let v = ConsumerGroupValue::decode(&v)?;
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group, 0));
+                    g.share = Some(share_group::ShareGroup::restore(&group, &v));
+                }
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.share = None;
+                        if g.offsets.is_empty() {
+                            groups.remove(&group);
+                        }
+                    }
+                }
+            },
             key @ (RecordKey::StreamsGroup { .. }
             | RecordKey::StreamsMember { .. }
             | RecordKey::StreamsTargetAssignment { .. }

@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use super::assignor::Assignment;
 use super::consumer::{Topics, LEAVE_EPOCH};
+use super::records::{ConsumerGroupValue, RecordKey};
 use super::CoordinatorError;
+use bytes::Bytes;
 
 /// Kafka's group.share.* settings: membership, and what each
 /// share-partition of the group follows.
@@ -158,6 +160,31 @@ impl ShareGroup {
             }
         }
         h as i64
+    }
+
+    /// A group as its epoch record left it: empty, members rejoin.
+    pub(crate) fn restore(id: &str, v: &ConsumerGroupValue) -> ShareGroup {
+        ShareGroup {
+            epoch: v.epoch,
+            assignment_epoch: v.epoch,
+            metadata_hash: v.metadata_hash,
+            ..ShareGroup::new(id)
+        }
+    }
+
+    /// The group's epoch record (ShareGroupMetadata, key 11; the same
+    /// layout as a consumer group's).
+    pub(crate) fn epoch_record(&self) -> (RecordKey, Option<Bytes>) {
+        let v = ConsumerGroupValue {
+            epoch: self.epoch,
+            metadata_hash: self.metadata_hash,
+        };
+        (
+            RecordKey::ShareGroup {
+                group: self.id.clone(),
+            },
+            Some(v.encode()),
+        )
     }
 
     /// ShareGroupHeartbeat, validated with `validate`.

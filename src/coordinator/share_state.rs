@@ -49,6 +49,16 @@ pub(crate) struct Write {
     pub batches: Vec<StateBatch>,
 }
 
+/// ReadShareGroupStateSummary: where a share-partition starts and how
+/// many records above that are done with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Summary {
+    pub start_offset: i64,
+    pub delivery_complete_count: i32,
+    pub leader_epoch: i32,
+    pub state_epoch: i32,
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     value: ShareStateValue,
@@ -196,6 +206,33 @@ impl ShareStates {
         };
         self.apply(&record);
         Ok(record)
+    }
+
+    pub(crate) fn summary(&self, key: &ShareKey) -> Option<Summary> {
+        self.entries.get(key).map(|e| Summary {
+            start_offset: e.value.start_offset,
+            delivery_complete_count: e.value.delivery_complete_count,
+            leader_epoch: e.value.leader_epoch,
+            state_epoch: e.value.state_epoch,
+        })
+    }
+
+    /// The share-partitions of `group` that have a state.
+    pub(crate) fn keys_of(&self, group: &str) -> Vec<ShareKey> {
+        let mut keys: Vec<ShareKey> = self
+            .entries
+            .keys()
+            .filter(|k| k.group == group)
+            .cloned()
+            .collect();
+        keys.sort_by_key(|k| (k.topic_id, k.partition));
+        keys
+    }
+
+    /// The state epoch an operator's reset is written at: above every
+    /// epoch the share-partition had, so its leader's next write is fenced.
+    pub(crate) fn next_state_epoch(&self, key: &ShareKey) -> i32 {
+        self.entries.get(key).map_or(0, |e| e.value.state_epoch + 1)
     }
 
     /// DeleteShareGroupState: a snapshot tombstone, if there was a state.

@@ -238,6 +238,45 @@ impl ShareCoordinator {
         Ok(self.store.append(&[record])?)
     }
 
+    pub(crate) fn summary(
+        &self,
+        key: &super::share_records::ShareKey,
+    ) -> Option<super::share_state::Summary> {
+        self.states.lock().summary(key)
+    }
+
+    /// The share-partitions of `group` with a state.
+    pub(crate) fn keys_of(&self, group: &str) -> Vec<super::share_records::ShareKey> {
+        self.states.lock().keys_of(group)
+    }
+
+    /// Starts share-partitions over at the given offsets with nothing in
+    /// flight (AlterShareGroupOffsets), at a higher state epoch.
+    pub(crate) fn reset(
+        &self,
+        starts: &[(super::share_records::ShareKey, i64)],
+    ) -> Result<i64, ShareStoreError> {
+        let now = self.clock.now_ms();
+        let mut states = self.states.lock();
+        let mut records = Vec::with_capacity(starts.len());
+        for (key, start) in starts {
+            let epoch = states.next_state_epoch(key);
+            records.push(states.initialize(key, epoch, *start, now)?);
+        }
+        Ok(self.store.append(&records)?)
+    }
+
+    /// Forgets share-partitions' states (DeleteShareGroupOffsets,
+    /// DeleteGroups).
+    pub(crate) fn delete(
+        &self,
+        keys: &[super::share_records::ShareKey],
+    ) -> Result<i64, ShareStoreError> {
+        let mut states = self.states.lock();
+        let records: Vec<_> = keys.iter().filter_map(|k| states.delete(k)).collect();
+        Ok(self.store.append(&records)?)
+    }
+
     /// Waits until what was appended up to `end` is durable.
     pub(crate) async fn durable(&self, end: i64) -> Result<(), ShareStoreError> {
         Ok(self.store.durable(end).await?)
