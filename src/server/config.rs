@@ -417,7 +417,8 @@ pub struct BrokerConfig {
     #[arg(
         long,
         env = "STRATA_GROUP_SHARE_RECORD_LOCK_DURATION_MS",
-        default_value_t = 30000
+        default_value_t = 30000,
+        value_parser = clap::value_parser!(u64).range(1000..=3_600_000)
     )]
     pub group_share_record_lock_duration_ms: u64,
 

@@ -1,6 +1,8 @@
 package strata.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -23,9 +25,147 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import strata.it.GroupSupport.StrataProcess;
 
-/** WIP: KafkaShareConsumer (KIP-932) against the in-memory share groups of the share-groups branch. */
+/**
+ * Share groups (KIP-932) with Kafka 4.4's KafkaShareConsumer, its console share consumer and
+ * kafka-share-groups: records shared by more consumers than partitions, acknowledged, released,
+ * rejected or left to their lock, and the state surviving a kill -9 of the broker.
+ */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class ShareGroupsTest {
+  static final String SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand";
+  static final String CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer";
+
+  static void setGroupConfigs(String bs, String group, java.util.Map<String, String> configs) throws Exception {
+    try (Admin a = GroupSupport.admin(bs)) {
+      var res = new org.apache.kafka.common.config.ConfigResource(
+          org.apache.kafka.common.config.ConfigResource.Type.GROUP, group);
+      List<org.apache.kafka.clients.admin.AlterConfigOp> ops = new ArrayList<>();
+      configs.forEach((k, v) -> ops.add(new org.apache.kafka.clients.admin.AlterConfigOp(
+          new org.apache.kafka.clients.admin.ConfigEntry(k, v),
+          org.apache.kafka.clients.admin.AlterConfigOp.OpType.SET)));
+      a.incrementalAlterConfigs(java.util.Map.of(res, ops)).all().get();
+    }
+  }
+
+  static void produce(String bs, String topic, int n, String prefix) throws Exception {
+    try (KafkaProducer<String, String> pr =
+        new KafkaProducer<>(GroupSupport.producerProps(bs), new StringSerializer(), new StringSerializer())) {
+      for (int i = 0; i < n; i++) pr.send(new ProducerRecord<>(topic, prefix + i, prefix + i)).get();
+    }
+  }
+
+  static Properties shareProps(String bs, String group) {
+    Properties p = new Properties();
+    p.put("bootstrap.servers", bs);
+    p.put("group.id", group);
+    return p;
+  }
+
+  @Test
+  void recordsAConsumerStopsAcknowledgingComeBackAfterTheLockDuration() throws Exception {
+    // Kafka keeps a group's share.record.lock.duration.ms at 15 s or more; the broker's default may be shorter.
+    try (StrataProcess broker = new StrataProcess(List.of("--group-share-record-lock-duration-ms", "3000"))) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-lock");
+      String group = Kafka.topic("share-lock-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+      }
+      setGroupConfigs(bs, group, java.util.Map.of("share.auto.offset.reset", "earliest"));
+      produce(bs, topic, 5, "r");
+      Properties p = shareProps(bs, group);
+      p.put("share.acknowledgement.mode", "explicit");
+      try (KafkaShareConsumer<String, String> stuck =
+              new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+          KafkaShareConsumer<String, String> other =
+              new KafkaShareConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+        stuck.subscribe(List.of(topic));
+        Set<String> held = new java.util.TreeSet<>();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (held.size() < 5 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : stuck.poll(Duration.ofMillis(200))) held.add(r.value());
+        }
+        assertEquals(5, held.size(), "the first consumer got every record");
+        long acquired = System.nanoTime();
+        // The first consumer neither acknowledges nor polls again; its locks run out.
+        other.subscribe(List.of(topic));
+        java.util.Map<String, Short> again = new java.util.TreeMap<>();
+        deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (again.size() < 5 && System.nanoTime() < deadline) {
+          for (ConsumerRecord<String, String> r : other.poll(Duration.ofMillis(200))) {
+            again.put(r.value(), r.deliveryCount().orElse((short) -1));
+            other.acknowledge(r, AcknowledgeType.ACCEPT);
+          }
+          other.commitSync();
+        }
+        long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - acquired);
+        java.util.Map<String, Short> want = new java.util.TreeMap<>();
+        for (int i = 0; i < 5; i++) want.put("r" + i, (short) 2);
+        assertEquals(want, again, "redelivered after the lock\n" + broker.logs());
+        assertTrue(waitedMs >= 2500, "redelivered only once the 3 s lock ran out, after " + waitedMs + " ms");
+      }
+    }
+  }
+
+  @Test
+  void theConsoleShareConsumerAndKafkaShareGroupsWork() throws Exception {
+    try (StrataProcess broker = new StrataProcess(List.of())) {
+      broker.start();
+      String bs = broker.bootstrap();
+      String topic = Kafka.topic("share-tools");
+      String group = Kafka.topic("share-tools-g");
+      try (Admin a = GroupSupport.admin(bs)) {
+        a.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all().get();
+      }
+      setGroupConfigs(bs, group, java.util.Map.of("share.auto.offset.reset", "earliest"));
+      produce(bs, topic, 10, "m");
+      var consumed = CliToolsTest.ok(CliToolsTest.run(null, CONSOLE_SHARE_CONSUMER, "--bootstrap-server", bs,
+          "--topic", topic, "--group", group, "--max-messages", "10", "--timeout-ms", "30000"));
+      assertEquals(10, consumed.lines().stream().filter(l -> l.startsWith("m")).count(), consumed.toString());
+
+      var list = CliToolsTest.ok(sgc(bs, "--list"));
+      assertTrue(list.lines().contains(group), list.toString());
+      var offsets = CliToolsTest.ok(sgc(bs, "--describe", "--group", group));
+      // GROUP TOPIC PARTITION START-OFFSET LAG: both partitions done with, no lag.
+      List<String> rows = offsets.lines().stream().filter(l -> l.startsWith(group)).toList();
+      assertEquals(2, rows.size(), offsets.toString());
+      long total = 0;
+      for (String row : rows) {
+        String[] f = row.split("\\s+");
+        assertEquals(topic, f[1], offsets.toString());
+        assertEquals("0", f[4], "lag " + offsets);
+        total += Long.parseLong(f[3]);
+      }
+      assertEquals(10, total, "start offsets add up to the records read\n" + offsets);
+      var state = CliToolsTest.ok(sgc(bs, "--describe", "--group", group, "--state"));
+      assertTrue(state.out().contains("Empty"), state.toString());
+
+      // Reset to the earliest offsets: the console consumer reads all ten again.
+      CliToolsTest.ok(sgc(bs, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute"));
+      var reset = CliToolsTest.ok(sgc(bs, "--describe", "--group", group));
+      for (String row : reset.lines().stream().filter(l -> l.startsWith(group)).toList()) {
+        String[] f = row.split("\\s+");
+        assertEquals("0", f[3], "start offset after the reset\n" + reset);
+      }
+      var again = CliToolsTest.ok(CliToolsTest.run(null, CONSOLE_SHARE_CONSUMER, "--bootstrap-server", bs,
+          "--topic", topic, "--group", group, "--max-messages", "10", "--timeout-ms", "30000"));
+      assertEquals(10, again.lines().stream().filter(l -> l.startsWith("m")).count(), again.toString());
+
+      CliToolsTest.ok(sgc(bs, "--delete-offsets", "--group", group, "--topic", topic));
+      var none = CliToolsTest.ok(sgc(bs, "--describe", "--group", group));
+      assertTrue(none.lines().stream().noneMatch(l -> l.startsWith(group + " ") && l.contains(topic)), none.toString());
+      CliToolsTest.ok(sgc(bs, "--delete", "--group", group));
+      var after = CliToolsTest.ok(sgc(bs, "--list"));
+      assertFalse(after.lines().contains(group), after.toString());
+    }
+  }
+
+  static CliToolsTest.Result sgc(String bs, String... args) throws Exception {
+    List<String> a = new ArrayList<>(List.of("--bootstrap-server", bs));
+    a.addAll(List.of(args));
+    return CliToolsTest.run(null, SHARE_GROUP_COMMAND, a.toArray(new String[0]));
+  }
   @Test
   void fiveConsumersShareOnePartitionAndEveryRecordIsDelivered() throws Exception {
     try (StrataProcess broker = new StrataProcess(List.of())) {
