@@ -48,7 +48,7 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, share_fetch, share_groups, streams_groups, topics, transactions, txn_markers, versions,
+    scram_credentials, share_fetch, share_groups, share_state, streams_groups, topics, transactions, txn_markers, versions,
     Broker, Reply,
 };
 
@@ -205,6 +205,11 @@ pub(super) const APIS: &[Api] = &[
     share_groups::DELETE_SHARE_GROUP_OFFSETS,
     share_fetch::SHARE_FETCH,
     share_fetch::SHARE_ACKNOWLEDGE,
+    share_state::INITIALIZE_SHARE_GROUP_STATE,
+    share_state::READ_SHARE_GROUP_STATE,
+    share_state::WRITE_SHARE_GROUP_STATE,
+    share_state::DELETE_SHARE_GROUP_STATE,
+    share_state::READ_SHARE_GROUP_STATE_SUMMARY,
     streams_groups::STREAMS_GROUP_HEARTBEAT,
     streams_groups::STREAMS_GROUP_DESCRIBE,
     streams_groups::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,

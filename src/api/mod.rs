@@ -41,6 +41,7 @@ mod quotas;
 mod scram_credentials;
 mod share_fetch;
 mod share_groups;
+mod share_state;
 mod streams_groups;
 mod topics;
 mod transactions;

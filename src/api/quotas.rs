@@ -182,6 +182,8 @@ throttled!(
     ShareGroupDescribeResponse, ShareAcknowledgeResponse, DescribeShareGroupOffsetsResponse,
     AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
+    InitializeShareGroupStateResponse, ReadShareGroupStateResponse, WriteShareGroupStateResponse,
+    DeleteShareGroupStateResponse, ReadShareGroupStateSummaryResponse,
     SaslAuthenticateResponse
 );
 

@@ -37,8 +37,7 @@ use crate::coordinator::share_partition::{
 use crate::coordinator::share_records::ShareKey;
 use crate::coordinator::share_session::{FetchContext, SessionError, ShareSessions};
 use crate::coordinator::share_state::Write;
-use crate::coordinator::share_state::StateError;
-use crate::coordinator::share_store::{ShareCoordinator, ShareStoreError};
+use crate::coordinator::share_store::ShareCoordinator;
 use crate::format::batch::BatchHeader;
 
 pub(super) const SHARE_FETCH: Api = api!(
@@ -100,14 +99,13 @@ fn share_key(key: &Key) -> ShareKey {
 }
 
 /// Writes a share-partition's whole state (its coordinator keeps one
-/// snapshot per key) and waits until it is durable. The record is appended
-/// under the partitions' lock, so two changes are written in their order.
+/// snapshot per key) and waits until it is durable. When this broker is the
+/// share coordinator the record is appended under the partitions' lock, so
+/// two changes land in their order; a remote coordinator merges what it is
+/// sent with what it has (delivery counts and states only move forward).
 async fn persist(b: &Broker, key: &Key) -> Result<(), i16> {
-    let unavailable = |e: &dyn std::fmt::Display| {
-        tracing::warn!(error = %e, "could not write share-partition state");
-        ResponseError::CoordinatorNotAvailable.code()
-    };
-    let end = {
+    let here = super::share_state::here(b);
+    let (w, end) = {
         let mut parts = b.share.partitions.lock();
         let Some(l) = parts.get(key) else {
             return Ok(());
@@ -119,24 +117,41 @@ async fn persist(b: &Broker, key: &Key) -> Result<(), i16> {
             delivery_complete_count: l.partition.delivery_complete_count(),
             batches: l.partition.state_batches(),
         };
-        match b.share.coordinator.write(&share_key(key), &w) {
-            Ok(end) => end,
-            // A newer leader, or an operator's reset, took the state over:
-            // this copy is stale and is read again on the next fetch.
-            Err(ShareStoreError::State(
-                StateError::FencedLeaderEpoch | StateError::FencedStateEpoch,
-            )) => {
-                parts.remove(key);
-                return Err(ResponseError::NotLeaderOrFollower.code());
-            }
-            Err(e) => return Err(unavailable(&e)),
-        }
+        let end = match here {
+            true => match b.share.coordinator.write(&share_key(key), &w) {
+                Ok(end) => Some(end),
+                Err(e) => return Err(refused(&mut parts, key, super::share_state::code(&e))),
+            },
+            false => None,
+        };
+        (w, end)
     };
-    b.share
-        .coordinator
-        .durable(end)
-        .await
-        .map_err(|e| unavailable(&e))
+    let result = match end {
+        Some(end) => b
+            .share
+            .coordinator
+            .durable(end)
+            .await
+            .map_err(|e| super::share_state::code(&e)),
+        None => super::share_state::write_remote(b, &share_key(key), &w).await,
+    };
+    result.map_err(|code| refused(&mut b.share.partitions.lock(), key, code))
+}
+
+/// A write the share coordinator refused: if a newer leader or an
+/// operator's reset took the state over, this copy is stale and is read
+/// again on the next fetch, and the client is sent to the leader.
+fn refused(parts: &mut HashMap<Key, Loaded>, key: &Key, code: i16) -> i16 {
+    let fenced = [
+        ResponseError::FencedLeaderEpoch.code(),
+        ResponseError::FencedStateEpoch.code(),
+    ];
+    if fenced.contains(&code) {
+        parts.remove(key);
+        return ResponseError::NotLeaderOrFollower.code();
+    }
+    tracing::warn!(code, "could not write share-partition state");
+    code
 }
 
 /// Persists the share-partitions a release or an expiry changed, then
@@ -179,11 +194,12 @@ pub(crate) async fn run_share_timers(b: Arc<Broker>, mut stop: watch::Receiver<b
 }
 
 /// Drops this broker's copy of share-partitions whose state an operator
-/// changed: their next fetch loads the new state.
-pub(super) fn forget(b: &Broker, keys: &[ShareKey]) {
+/// changed: their next fetch loads the new state. (A leader elsewhere
+/// finds out when its next write is fenced.)
+pub(super) fn forget(b: &Broker, group: &str, keys: &[(Uuid, i32)]) {
     let mut parts = b.share.partitions.lock();
-    for k in keys {
-        parts.remove(&(k.group.clone(), k.topic_id, k.partition));
+    for (t, p) in keys {
+        parts.remove(&(group.to_string(), *t, *p));
     }
 }
 
@@ -520,14 +536,11 @@ async fn load(b: &Broker, key: &Key, p: &crate::log::Partition, epoch: i32) -> R
         return Ok(());
     }
     let start = start_offset(b, &key.0, p).await;
-    let state = b
-        .share
-        .coordinator
-        .load(&share_key(key), epoch, start)
+    let state = super::share_state::load(b, &share_key(key), epoch, start)
         .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "could not load share-partition state");
-            ResponseError::CoordinatorNotAvailable.code()
+        .map_err(|code| {
+            tracing::warn!(code, "could not load share-partition state");
+            code
         })?;
     let loaded = Loaded {
         partition: SharePartition::restore(state.start_offset.max(0), &state.batches),
@@ -595,6 +608,11 @@ async fn fetch_partition(
     };
     let key = (group.to_string(), topic, index);
     if let Err(code) = load(b, &key, &partition, epoch).await {
+        // The client retries on these; any other code would reach the application.
+        let code = match code == ResponseError::NotLeaderOrFollower.code() {
+            true => code,
+            false => ResponseError::ReplicaNotAvailable.code(),
+        };
         return (base.with_error_code(code), None);
     }
     let watch = partition.subscribe();

@@ -22,7 +22,6 @@ use super::metrics::error_codes;
 use super::Broker;
 use crate::access::acl::Operation;
 use crate::coordinator::share_group::HeartbeatParams;
-use crate::coordinator::share_records::ShareKey;
 
 pub(super) const SHARE_GROUP_HEARTBEAT: Api = api!(
     ShareGroupHeartbeatRequest,
@@ -163,7 +162,23 @@ fn share_group_describe(
 pub(super) const DESCRIBE_SHARE_GROUP_OFFSETS: Api = api!(
     DescribeShareGroupOffsetsRequest,
     0..=1,
-    ready(describe_offsets)
+    later(|b, r, cx| {
+        // Authorization needs the request's context, which the answer
+        // (reading state from the share coordinator) cannot hold.
+        let groups = r
+            .groups
+            .iter()
+            .map(|g| b.on_group(cx, Operation::Describe, g.group_id.as_str()))
+            .collect();
+        let visible = b
+            .catalog
+            .topics()
+            .into_iter()
+            .filter(|t| b.on_topic(cx, Operation::Describe, t.name()))
+            .map(|t| t.name().to_string())
+            .collect();
+        describe_offsets(b.clone(), r, groups, visible)
+    })
 );
 pub(super) const ALTER_SHARE_GROUP_OFFSETS: Api = api!(
     AlterShareGroupOffsetsRequest,
@@ -223,117 +238,126 @@ fn denied_topics<'a>(
 
 /// DescribeShareGroupOffsets: each share-partition's start offset and lag
 /// (the records above the start not yet acknowledged or archived), from
-/// the share coordinator's state.
-fn describe_offsets(
-    b: &Arc<Broker>,
+/// the share coordinator's state. `allowed`: DESCRIBE on each group;
+/// `visible`: the topics the caller may describe.
+async fn describe_offsets(
+    b: Arc<Broker>,
     r: DescribeShareGroupOffsetsRequest,
-    cx: &super::dispatch::Ctx<'_>,
+    allowed: Vec<bool>,
+    visible: std::collections::HashSet<String>,
 ) -> DescribeShareGroupOffsetsResponse {
     use kafka_protocol::messages::describe_share_group_offsets_response as d;
-    let groups = r
-        .groups
-        .into_iter()
-        .map(|g| {
-            let group = d::DescribeShareGroupOffsetsResponseGroup::default()
-                .with_group_id(g.group_id.clone());
-            if !enabled(b) {
-                return group.with_error_code(ResponseError::UnsupportedVersion.code());
-            }
-            if !b.on_group(cx, Operation::Describe, g.group_id.as_str()) {
-                return group.with_error_code(GROUP_DENIED);
-            }
-            let group_id = g.group_id.to_string();
-            // Null: every topic the group has state for.
-            let wanted: Vec<(String, Vec<i32>)> = match g.topics {
-                Some(ts) => ts
-                    .into_iter()
-                    .map(|t| (t.topic_name.to_string(), t.partitions))
-                    .collect(),
-                None => {
-                    let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
-                    for k in b.share.coordinator.keys_of(&group_id) {
-                        let Some(t) = b.catalog.topic_by_id(k.topic_id) else {
-                            continue;
-                        };
-                        if !b.on_topic(cx, Operation::Describe, t.name()) {
-                            continue;
-                        }
-                        match by_topic.iter_mut().find(|(n, _)| n == t.name()) {
-                            Some((_, ps)) => ps.push(k.partition),
-                            None => by_topic.push((t.name().to_string(), vec![k.partition])),
-                        }
-                    }
-                    by_topic
+    let mut groups = Vec::with_capacity(r.groups.len());
+    for (g, allowed) in r.groups.into_iter().zip(allowed) {
+        let group =
+            d::DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
+        if !enabled(&b) {
+            groups.push(group.with_error_code(ResponseError::UnsupportedVersion.code()));
+            continue;
+        }
+        if !allowed {
+            groups.push(group.with_error_code(GROUP_DENIED));
+            continue;
+        }
+        match describe_group(&b, g, &visible).await {
+            Ok(topics) => groups.push(group.with_topics(topics)),
+            Err(code) => groups.push(group.with_error_code(code)),
+        }
+    }
+    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+}
+
+async fn describe_group(
+    b: &Broker,
+    g: kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup,
+    visible: &std::collections::HashSet<String>,
+) -> Result<Vec<kafka_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseTopic>, i16>{
+    use kafka_protocol::messages::describe_share_group_offsets_response as d;
+    let group_id = g.group_id.to_string();
+    // Null: every topic the group has state for.
+    let wanted: Vec<(String, Vec<i32>)> = match g.topics {
+        Some(ts) => ts
+            .into_iter()
+            .map(|t| (t.topic_name.to_string(), t.partitions))
+            .collect(),
+        None => {
+            let states = super::share_state::states_of(b, &group_id, |t| visible.contains(t)).await?;
+            let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
+            for ((id, p), _) in states {
+                let Some(t) = b.catalog.topic_by_id(id) else {
+                    continue;
+                };
+                match by_topic.iter_mut().find(|(n, _)| n == t.name()) {
+                    Some((_, ps)) => ps.push(p),
+                    None => by_topic.push((t.name().to_string(), vec![p])),
                 }
-            };
-            let topics = wanted
-                .into_iter()
-                .map(|(name, partitions)| {
-                    let unknown = |code: i16| {
-                        d::DescribeShareGroupOffsetsResponseTopic::default()
-                            .with_topic_name(TopicName(s(&name)))
-                            .with_partitions(
-                                partitions
-                                    .iter()
-                                    .map(|p| {
-                                        d::DescribeShareGroupOffsetsResponsePartition::default()
-                                            .with_partition_index(*p)
-                                            .with_start_offset(-1)
-                                            .with_lag(-1)
-                                            .with_error_code(code)
-                                    })
-                                    .collect(),
-                            )
-                    };
-                    if !b.on_topic(cx, Operation::Describe, &name) {
-                        return unknown(ResponseError::TopicAuthorizationFailed.code());
-                    }
-                    let Some(topic) = b.catalog.topic(&name) else {
-                        return unknown(0);
-                    };
-                    let partitions = partitions
+            }
+            by_topic
+        }
+    };
+    let mut topics = Vec::with_capacity(wanted.len());
+    for (name, partitions) in wanted {
+        let missing = |code: i16| {
+            d::DescribeShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(TopicName(s(&name)))
+                .with_partitions(
+                    partitions
                         .iter()
                         .map(|p| {
-                            let key = ShareKey {
-                                group: group_id.clone(),
-                                topic_id: topic.id(),
-                                partition: *p,
-                            };
-                            let out = d::DescribeShareGroupOffsetsResponsePartition::default()
+                            d::DescribeShareGroupOffsetsResponsePartition::default()
                                 .with_partition_index(*p)
-                                .with_lag(-1);
-                            let Some(sum) = b.share.coordinator.summary(&key) else {
-                                return out.with_start_offset(-1);
-                            };
-                            let out = out
-                                .with_start_offset(sum.start_offset)
-                                .with_leader_epoch(sum.leader_epoch);
-                            if sum.start_offset < 0 || sum.delivery_complete_count < 0 {
-                                return out;
-                            }
-                            match topic.partition(*p) {
-                                Some(part) => out.with_lag(
-                                    (part.high_watermark()
-                                        - sum.start_offset
-                                        - i64::from(sum.delivery_complete_count))
-                                    .max(0),
-                                ),
-                                None => out.with_error_code(
-                                    ResponseError::UnknownTopicOrPartition.code(),
-                                ),
-                            }
+                                .with_start_offset(-1)
+                                .with_lag(-1)
+                                .with_error_code(code)
                         })
-                        .collect();
-                    d::DescribeShareGroupOffsetsResponseTopic::default()
-                        .with_topic_name(TopicName(s(&name)))
-                        .with_topic_id(topic.id())
-                        .with_partitions(partitions)
-                })
-                .collect();
-            group.with_topics(topics)
-        })
-        .collect();
-    DescribeShareGroupOffsetsResponse::default().with_groups(groups)
+                        .collect(),
+                )
+        };
+        if !visible.contains(&name) {
+            topics.push(missing(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
+        let Some(topic) = b.catalog.topic(&name) else {
+            topics.push(missing(0));
+            continue;
+        };
+        let keys: Vec<(uuid::Uuid, i32)> = partitions.iter().map(|p| (topic.id(), *p)).collect();
+        let summaries = super::share_state::summaries(b, &group_id, &keys).await?;
+        let partitions = partitions
+            .iter()
+            .zip(summaries)
+            .map(|(p, sum)| {
+                let out = d::DescribeShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(*p)
+                    .with_lag(-1);
+                let Some(sum) = sum else {
+                    return out.with_start_offset(-1);
+                };
+                let out = out
+                    .with_start_offset(sum.start_offset)
+                    .with_leader_epoch(sum.leader_epoch);
+                if sum.start_offset < 0 || sum.delivery_complete_count < 0 {
+                    return out;
+                }
+                match topic.partition(*p) {
+                    Some(part) => out.with_lag(
+                        (part.high_watermark()
+                            - sum.start_offset
+                            - i64::from(sum.delivery_complete_count))
+                        .max(0),
+                    ),
+                    None => out.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                }
+            })
+            .collect();
+        topics.push(
+            d::DescribeShareGroupOffsetsResponseTopic::default()
+                .with_topic_name(TopicName(s(&name)))
+                .with_topic_id(topic.id())
+                .with_partitions(partitions),
+        );
+    }
+    Ok(topics)
 }
 
 /// AlterShareGroupOffsets: an empty group's share-partitions start over at
@@ -368,12 +392,7 @@ async fn alter_offsets(
             let code = match &topic {
                 _ if denied.contains(&name) => ResponseError::TopicAuthorizationFailed.code(),
                 Some(topic) if topic.partition(p.partition_index).is_some() => {
-                    let key = ShareKey {
-                        group: group.clone(),
-                        topic_id: topic.id(),
-                        partition: p.partition_index,
-                    };
-                    resets.push((key, p.start_offset));
+                    resets.push(((topic.id(), p.partition_index), p.start_offset));
                     0
                 }
                 _ => ResponseError::UnknownTopicOrPartition.code(),
@@ -386,13 +405,11 @@ async fn alter_offsets(
         }
         responses.push(out);
     }
-    if let Err(code) = write_through(&b, &resets.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), || {
-        b.share.coordinator.reset(&resets)
-    })
-    .await
-    {
+    let keys: Vec<(uuid::Uuid, i32)> = resets.iter().map(|(k, _)| *k).collect();
+    if let Err(code) = super::share_state::reset(&b, &group, &resets).await {
         return top(code, None);
     }
+    super::share_fetch::forget(&b, &group, &keys);
     AlterShareGroupOffsetsResponse::default().with_responses(responses)
 }
 
@@ -416,7 +433,12 @@ async fn delete_offsets(
     if let Err(e) = b.coordinator.share_group_empty(&group, false) {
         return top(error_code(&e), Some(e.to_string()));
     }
-    let held = b.share.coordinator.keys_of(&group);
+    let names: std::collections::HashSet<String> =
+        r.topics.iter().map(|t| t.topic_name.to_string()).collect();
+    let held = match super::share_state::states_of(&b, &group, |t| names.contains(t)).await {
+        Ok(held) => held,
+        Err(code) => return top(code, None),
+    };
     let mut keys = Vec::new();
     let mut responses = Vec::with_capacity(r.topics.len());
     for t in &r.topics {
@@ -431,10 +453,10 @@ async fn delete_offsets(
             }
             None => out.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
             Some(topic) => {
-                let of_topic: Vec<ShareKey> = held
+                let of_topic: Vec<(uuid::Uuid, i32)> = held
                     .iter()
-                    .filter(|k| k.topic_id == topic.id())
-                    .cloned()
+                    .map(|(k, _)| *k)
+                    .filter(|(id, _)| *id == topic.id())
                     .collect();
                 if of_topic.is_empty() {
                     out.with_error_code(ResponseError::UnknownTopicOrPartition.code())
@@ -447,37 +469,23 @@ async fn delete_offsets(
         };
         responses.push(out);
     }
-    if let Err(code) = write_through(&b, &keys, || b.share.coordinator.delete(&keys)).await {
+    if let Err(code) = super::share_state::delete_states(&b, &group, &keys).await {
         return top(code, None);
     }
+    super::share_fetch::forget(&b, &group, &keys);
     DeleteShareGroupOffsetsResponse::default().with_responses(responses)
 }
 
 /// A deleted share group's share-partition states go with it.
-pub(super) fn delete_state(b: &Broker, group: &str) {
-    let keys = b.share.coordinator.keys_of(group);
-    super::share_fetch::forget(b, &keys);
-    if let Err(e) = b.share.coordinator.delete(&keys) {
-        tracing::warn!(group, error = %e, "could not delete a share group's state");
-    }
-}
-
-/// Runs an operator's change of share state, drops what this broker held
-/// of those share-partitions (their next fetch loads the new state) and
-/// waits until the change is durable.
-async fn write_through(
-    b: &Broker,
-    keys: &[ShareKey],
-    change: impl FnOnce() -> Result<i64, crate::coordinator::share_store::ShareStoreError>,
-) -> Result<(), i16> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let unavailable = |e: crate::coordinator::share_store::ShareStoreError| {
-        tracing::warn!(error = %e, "could not change share state");
-        ResponseError::CoordinatorNotAvailable.code()
+pub(super) async fn delete_state(b: &Broker, group: &str) {
+    let deleted = async {
+        let held = super::share_state::states_of(b, group, |_| true).await?;
+        let keys: Vec<(uuid::Uuid, i32)> = held.into_iter().map(|(k, _)| k).collect();
+        super::share_state::delete_states(b, group, &keys).await?;
+        super::share_fetch::forget(b, group, &keys);
+        Ok::<(), i16>(())
     };
-    let end = change().map_err(unavailable)?;
-    super::share_fetch::forget(b, keys);
-    b.share.coordinator.durable(end).await.map_err(unavailable)
+    if let Err(code) = deleted.await {
+        tracing::warn!(group, code, "could not delete a share group's state");
+    }
 }

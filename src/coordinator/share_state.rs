@@ -217,18 +217,6 @@ impl ShareStates {
         })
     }
 
-    /// The share-partitions of `group` that have a state.
-    pub(crate) fn keys_of(&self, group: &str) -> Vec<ShareKey> {
-        let mut keys: Vec<ShareKey> = self
-            .entries
-            .keys()
-            .filter(|k| k.group == group)
-            .cloned()
-            .collect();
-        keys.sort_by_key(|k| (k.topic_id, k.partition));
-        keys
-    }
-
     /// The state epoch an operator's reset is written at: above every
     /// epoch the share-partition had, so its leader's next write is fenced.
     pub(crate) fn next_state_epoch(&self, key: &ShareKey) -> i32 {

@@ -168,6 +168,9 @@ pub(crate) struct ShareCoordinator {
     store: ShareStateStore,
     states: parking_lot::Mutex<ShareStates>,
     clock: SharedClock,
+    /// Cluster mode: whether this broker leads the topic now; only then
+    /// does it answer.
+    active: Option<super::Active>,
 }
 
 /// Why the share coordinator could not serve a request.
@@ -177,6 +180,8 @@ pub(crate) enum ShareStoreError {
     State(#[from] super::share_state::StateError),
     #[error(transparent)]
     Log(#[from] LogError),
+    #[error("this broker is not the share coordinator")]
+    NotCoordinator,
 }
 
 impl ShareCoordinator {
@@ -184,13 +189,30 @@ impl ShareCoordinator {
     pub(crate) async fn open(
         store: ShareStateStore,
         clock: SharedClock,
+        active: Option<super::Active>,
     ) -> Result<ShareCoordinator, LogError> {
         let states = store.replay().await?;
         Ok(ShareCoordinator {
             store,
             states: parking_lot::Mutex::new(states),
             clock,
+            active,
         })
+    }
+
+    /// Reads the states again (cluster mode: after taking the topic over,
+    /// whose log another broker may have written since).
+    pub(crate) async fn reload(&self) -> Result<(), LogError> {
+        let states = self.store.replay().await?;
+        *self.states.lock() = states;
+        Ok(())
+    }
+
+    fn check_active(&self) -> Result<(), ShareStoreError> {
+        match &self.active {
+            Some(active) if !active() => Err(ShareStoreError::NotCoordinator),
+            _ => Ok(()),
+        }
     }
 
     /// A share-partition's state for its leader at `leader_epoch`, first
@@ -201,6 +223,7 @@ impl ShareCoordinator {
         leader_epoch: i32,
         start: i64,
     ) -> Result<super::share_state::ReadState, ShareStoreError> {
+        self.check_active()?;
         let now = self.clock.now_ms();
         let (read, records) = {
             let mut states = self.states.lock();
@@ -225,6 +248,37 @@ impl ShareCoordinator {
         Ok(read)
     }
 
+    /// InitializeShareGroupState: a fresh state at `start`; returns the
+    /// offset to wait on with `durable`.
+    pub(crate) fn initialize(
+        &self,
+        key: &super::share_records::ShareKey,
+        state_epoch: i32,
+        start: i64,
+    ) -> Result<i64, ShareStoreError> {
+        self.check_active()?;
+        let now = self.clock.now_ms();
+        let record = self.states.lock().initialize(key, state_epoch, start, now)?;
+        Ok(self.store.append(&[record])?)
+    }
+
+    /// ReadShareGroupState: the state for a leader at `leader_epoch`,
+    /// which fences older leaders once durable.
+    pub(crate) async fn read(
+        &self,
+        key: &super::share_records::ShareKey,
+        leader_epoch: i32,
+    ) -> Result<super::share_state::ReadState, ShareStoreError> {
+        self.check_active()?;
+        let now = self.clock.now_ms();
+        let (read, fence) = self.states.lock().read(key, leader_epoch, now)?;
+        if let Some(fence) = fence {
+            let end = self.store.append(&[fence])?;
+            self.store.durable(end).await?;
+        }
+        Ok(read)
+    }
+
     /// Applies a share-partition's new state and appends its record; the
     /// change is durable once `durable` returns for the offset given back.
     /// Callers append under their own lock, so writes land in their order.
@@ -233,21 +287,19 @@ impl ShareCoordinator {
         key: &super::share_records::ShareKey,
         w: &super::share_state::Write,
     ) -> Result<i64, ShareStoreError> {
+        self.check_active()?;
         let now = self.clock.now_ms();
         let record = self.states.lock().write(key, w, now)?;
         Ok(self.store.append(&[record])?)
     }
 
+    /// ReadShareGroupStateSummary: `None` for a share-partition without a state.
     pub(crate) fn summary(
         &self,
         key: &super::share_records::ShareKey,
-    ) -> Option<super::share_state::Summary> {
-        self.states.lock().summary(key)
-    }
-
-    /// The share-partitions of `group` with a state.
-    pub(crate) fn keys_of(&self, group: &str) -> Vec<super::share_records::ShareKey> {
-        self.states.lock().keys_of(group)
+    ) -> Result<Option<super::share_state::Summary>, ShareStoreError> {
+        self.check_active()?;
+        Ok(self.states.lock().summary(key))
     }
 
     /// Starts share-partitions over at the given offsets with nothing in
@@ -256,6 +308,7 @@ impl ShareCoordinator {
         &self,
         starts: &[(super::share_records::ShareKey, i64)],
     ) -> Result<i64, ShareStoreError> {
+        self.check_active()?;
         let now = self.clock.now_ms();
         let mut states = self.states.lock();
         let mut records = Vec::with_capacity(starts.len());
@@ -272,6 +325,7 @@ impl ShareCoordinator {
         &self,
         keys: &[super::share_records::ShareKey],
     ) -> Result<i64, ShareStoreError> {
+        self.check_active()?;
         let mut states = self.states.lock();
         let records: Vec<_> = keys.iter().filter_map(|k| states.delete(k)).collect();
         Ok(self.store.append(&records)?)

@@ -39,7 +39,7 @@ use crate::clock::{SharedClock, SharedRandom};
 use crate::cluster::Endpoint;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{MergeTotals, WorkerOptions};
-use crate::coordinator::share_store::{ShareCoordinator, ShareStateStore};
+use crate::coordinator::share_store::{ShareCoordinator, ShareStateStore, SHARE_STATE_TOPIC};
 use crate::coordinator::store::{OffsetsStore, OFFSETS_TOPIC};
 use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
 use crate::coordinator::txn::TxnCoordinator;
@@ -397,7 +397,17 @@ pub(super) async fn open_state(
         }),
     )
     .await?;
-    let share = Arc::new(ShareCoordinator::open(share_store, clock.clone()).await?);
+    let share = Arc::new(
+        ShareCoordinator::open(
+            share_store,
+            clock.clone(),
+            leads(SHARE_STATE_TOPIC).map(|l| {
+                let a: crate::coordinator::Active = Arc::new(move || l().is_some());
+                a
+            }),
+        )
+        .await?,
+    );
     Ok(State {
         share,
         clock,
@@ -486,6 +496,7 @@ pub(super) fn spawn_jobs(
             wal: j.wal.clone(),
             coordinator: state.coordinator.clone(),
             txn: state.txn.clone(),
+            share: state.share.clone(),
             fatal: fatal.clone(),
         };
         jobs.spawn("leadership", leadership.run(stop.clone()));
