@@ -48,8 +48,8 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, share_fetch, share_groups, share_state, streams_groups, topics, transactions, txn_markers, versions,
-    Broker, Reply,
+    scram_credentials, share_fetch, share_groups, share_state, streams_groups, topics,
+    transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub(super) struct Api {

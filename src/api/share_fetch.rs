@@ -285,7 +285,9 @@ async fn start_offset(b: &Broker, group: &str, p: &crate::log::Partition) -> i64
     match reset {
         Some("earliest") => p.log_start_offset(),
         Some(v) if v.starts_with("by_duration:") => {
-            let Some(d) = crate::coordinator::group_config::iso_duration(&v["by_duration:".len()..]) else {
+            let Some(d) =
+                crate::coordinator::group_config::iso_duration(&v["by_duration:".len()..])
+            else {
                 return p.high_watermark();
             };
             let since = b.clock.now_ms() - d.as_millis() as i64;
@@ -450,8 +452,12 @@ async fn share_fetch(
                 {
                     continue;
                 }
-                let (data, watch) =
-                    fetch_partition(&b, &group, &member, (*t, *part), budget, r.max_bytes).await;
+                let limits = Limits {
+                    max_records: budget,
+                    max_bytes: r.max_bytes,
+                    whole_batches: r.share_acquire_mode == 0,
+                };
+                let (data, watch) = fetch_partition(&b, &group, &member, (*t, *part), limits).await;
                 appends.extend(watch);
                 budget -= data
                     .acquired_records
@@ -581,6 +587,30 @@ fn skipped(records: &[u8], aborted: &[crate::format::control::AbortedTxn]) -> Ve
     out
 }
 
+/// The last offset of the batch in `records` holding `offset`.
+fn batch_last_offset(records: &[u8], offset: i64) -> i64 {
+    let mut rest = records;
+    while let Ok(Some(h)) = BatchHeader::parse(rest) {
+        if h.size > rest.len() {
+            break;
+        }
+        if h.base_offset <= offset && offset <= h.last_offset() {
+            return h.last_offset();
+        }
+        rest = &rest[h.size..];
+    }
+    offset
+}
+
+/// What one partition's read may hand out.
+struct Limits {
+    max_records: i64,
+    max_bytes: i32,
+    /// share.acquire.mode=batch_optimized: past `max_records` to the end of
+    /// the log batch it stopped in (record_limit stops at it exactly).
+    whole_batches: bool,
+}
+
 /// Reads one partition from its share-partition's next fetch offset and
 /// acquires what was read; with nothing acquired, also a watch of the
 /// partition's end to wait on.
@@ -589,12 +619,14 @@ async fn fetch_partition(
     group: &str,
     member: &str,
     (topic, index): (Uuid, i32),
-    max_records: i64,
-    max_bytes: i32,
+    limits: Limits,
 ) -> (PartitionData, Option<watch::Receiver<i64>>) {
     let base = empty(index);
     let Some(t) = b.catalog.topic_by_id(topic) else {
-        return (base.with_error_code(ResponseError::UnknownTopicId.code()), None);
+        return (
+            base.with_error_code(ResponseError::UnknownTopicId.code()),
+            None,
+        );
     };
     let partition = match b.served_partition(&t, index, -1) {
         Ok(p) => p,
@@ -603,7 +635,10 @@ async fn fetch_partition(
     let epoch = match b.route(topic, index) {
         super::Route::Serve(e) => e,
         super::Route::Elsewhere => {
-            return (base.with_error_code(ResponseError::NotLeaderOrFollower.code()), None)
+            return (
+                base.with_error_code(ResponseError::NotLeaderOrFollower.code()),
+                None,
+            )
         }
     };
     let key = (group.to_string(), topic, index);
@@ -633,7 +668,7 @@ async fn fetch_partition(
         }
         l.partition.next_fetch_offset()
     };
-    let max_bytes = max_bytes.max(0) as usize;
+    let max_bytes = limits.max_bytes.max(0) as usize;
     let slice = match committed {
         true => partition.fetch_committed(from, max_bytes, true).await,
         false => partition.fetch(from, max_bytes, true).await,
@@ -656,13 +691,37 @@ async fn fetch_partition(
         let Some(l) = parts.get_mut(&key) else {
             return (base, Some(watch));
         };
-        l.partition
-            .acquire(member, b.clock.now(), max_records, fetched_end, &skip, &s)
+        let now = b.clock.now();
+        let mut acquired =
+            l.partition
+                .acquire(member, now, limits.max_records, fetched_end, &skip, &s);
+        let last = acquired.iter().map(|a| a.last).max();
+        if let (true, Some(last)) = (limits.whole_batches, last) {
+            // The rest of the batch holding the last record handed out.
+            let batch_end = batch_last_offset(&slice.records, last);
+            if batch_end > last {
+                let rest =
+                    l.partition
+                        .acquire(member, now, batch_end - last, batch_end + 1, &skip, &s);
+                acquired.extend(rest);
+            }
+        }
+        acquired
     };
-    if acquired.is_empty() {
+    let Some(last) = acquired.iter().map(|a| a.last).max() else {
         return (base, Some(watch));
+    };
+    // Only the batches up to the one holding the last record handed out go
+    // back (the read may have gone much further, up to MaxBytes).
+    let mut len = 0;
+    while let Ok(Some(h)) = BatchHeader::parse(&slice.records[len..]) {
+        if h.base_offset > last || len + h.size > slice.records.len() {
+            break;
+        }
+        len += h.size;
     }
-    let data = base.with_records(Some(slice.records)).with_acquired_records(
+    let records = slice.records.slice(..len);
+    let data = base.with_records(Some(records)).with_acquired_records(
         acquired
             .into_iter()
             .map(|a| {

@@ -67,10 +67,7 @@ async fn share_group_heartbeat(
         client_id: client.0,
         client_host: client.1,
     };
-    match b
-        .coordinator
-        .share_heartbeat(r.group_id.as_str(), params)
-    {
+    match b.coordinator.share_heartbeat(r.group_id.as_str(), params) {
         Ok(res) => ShareGroupHeartbeatResponse::default()
             .with_member_id(Some(s(&res.member_id)))
             .with_member_epoch(res.member_epoch)
@@ -184,7 +181,12 @@ pub(super) const ALTER_SHARE_GROUP_OFFSETS: Api = api!(
     AlterShareGroupOffsetsRequest,
     0..=0,
     later(|b, r, cx| {
-        let denied = denied_topics(b, cx, Operation::Read, r.topics.iter().map(|t| &t.topic_name));
+        let denied = denied_topics(
+            b,
+            cx,
+            Operation::Read,
+            r.topics.iter().map(|t| &t.topic_name),
+        );
         alter_offsets(b.clone(), r, denied)
     }),
     acl(Operation::Read, Resource::Group(|r| &r.group_id), |_| {
@@ -195,7 +197,12 @@ pub(super) const DELETE_SHARE_GROUP_OFFSETS: Api = api!(
     DeleteShareGroupOffsetsRequest,
     0..=0,
     later(|b, r, cx| {
-        let denied = denied_topics(b, cx, Operation::Read, r.topics.iter().map(|t| &t.topic_name));
+        let denied = denied_topics(
+            b,
+            cx,
+            Operation::Read,
+            r.topics.iter().map(|t| &t.topic_name),
+        );
         delete_offsets(b.clone(), r, denied)
     }),
     acl(Operation::Delete, Resource::Group(|r| &r.group_id), |_| {
@@ -281,7 +288,8 @@ async fn describe_group(
             .map(|t| (t.topic_name.to_string(), t.partitions))
             .collect(),
         None => {
-            let states = super::share_state::states_of(b, &group_id, |t| visible.contains(t)).await?;
+            let states =
+                super::share_state::states_of(b, &group_id, |t| visible.contains(t)).await?;
             let mut by_topic: Vec<(String, Vec<i32>)> = Vec::new();
             for ((id, p), _) in states {
                 let Some(t) = b.catalog.topic_by_id(id) else {

@@ -101,7 +101,15 @@ fn batches_out<B: Default>(
 ) -> Vec<B> {
     batches
         .iter()
-        .map(|s| make(B::default(), s.first, s.last, s.state.code(), s.delivery_count))
+        .map(|s| {
+            make(
+                B::default(),
+                s.first,
+                s.last,
+                s.state.code(),
+                s.delivery_count,
+            )
+        })
         .collect()
 }
 
@@ -146,9 +154,13 @@ async fn initialize(
         results.push(out);
     }
     if let Some(end) = end {
-        fail_all_on(&b, end, &mut results, |t| &mut t.partitions, |p| {
-            &mut p.error_code
-        })
+        fail_all_on(
+            &b,
+            end,
+            &mut results,
+            |t| &mut t.partitions,
+            |p| &mut p.error_code,
+        )
         .await;
     }
     InitializeShareGroupStateResponse::default().with_results(results)
@@ -202,12 +214,15 @@ async fn read(
                 Ok(s) => base
                     .with_state_epoch(s.state_epoch)
                     .with_start_offset(s.start_offset)
-                    .with_state_batches(batches_out(&s.batches, |b: o::StateBatch, f, l, st, c| {
-                        b.with_first_offset(f)
-                            .with_last_offset(l)
-                            .with_delivery_state(st)
-                            .with_delivery_count(c)
-                    })),
+                    .with_state_batches(batches_out(
+                        &s.batches,
+                        |b: o::StateBatch, f, l, st, c| {
+                            b.with_first_offset(f)
+                                .with_last_offset(l)
+                                .with_delivery_state(st)
+                                .with_delivery_count(c)
+                        },
+                    )),
             });
         }
         results.push(out);
@@ -230,7 +245,14 @@ async fn write(
             let batches: Option<Vec<StateBatch>> = p
                 .state_batches
                 .iter()
-                .map(|s| batch_in(s.first_offset, s.last_offset, s.delivery_state, s.delivery_count))
+                .map(|s| {
+                    batch_in(
+                        s.first_offset,
+                        s.last_offset,
+                        s.delivery_state,
+                        s.delivery_count,
+                    )
+                })
                 .collect();
             let result = match (allowed, batches) {
                 (false, _) => Err(CLUSTER_DENIED),
@@ -258,9 +280,13 @@ async fn write(
         results.push(out);
     }
     if let Some(end) = end {
-        fail_all_on(&b, end, &mut results, |t| &mut t.partitions, |p| {
-            &mut p.error_code
-        })
+        fail_all_on(
+            &b,
+            end,
+            &mut results,
+            |t| &mut t.partitions,
+            |p| &mut p.error_code,
+        )
         .await;
     }
     WriteShareGroupStateResponse::default().with_results(results)
@@ -275,7 +301,11 @@ async fn delete(
     let keys: Vec<ShareKey> = r
         .topics
         .iter()
-        .flat_map(|t| t.partitions.iter().map(|p| key(&r.group_id, t.topic_id, p.partition)))
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| key(&r.group_id, t.topic_id, p.partition))
+        })
         .collect();
     let result = match allowed {
         false => Err(CLUSTER_DENIED),
@@ -324,7 +354,11 @@ fn read_summary(
                     if !allowed {
                         return base.with_error_code(CLUSTER_DENIED);
                     }
-                    match b.share.coordinator.summary(&key(&r.group_id, t.topic_id, p.partition)) {
+                    match b
+                        .share
+                        .coordinator
+                        .summary(&key(&r.group_id, t.topic_id, p.partition))
+                    {
                         Err(e) => base.with_error_code(code(&e)),
                         // Kafka's answer for a share-partition without a state.
                         Ok(None) => base.with_start_offset(-1).with_delivery_complete_count(-1),
@@ -395,7 +429,9 @@ pub(super) async fn load(
     leader_epoch: i32,
     start: i64,
 ) -> Result<ReadState, i16> {
-    use kafka_protocol::messages::{initialize_share_group_state_request as i, read_share_group_state_request as rd};
+    use kafka_protocol::messages::{
+        initialize_share_group_state_request as i, read_share_group_state_request as rd,
+    };
     let (host, port) = match locate(b)? {
         Coordinator::Here => {
             return b
@@ -442,7 +478,12 @@ pub(super) async fn load(
                 .share_state(&host, port, ApiKey::InitializeShareGroupState, 0, &init)
                 .await
                 .map_err(unreachable)?;
-            first_error(resp.results.iter().flat_map(|t| &t.partitions).map(|p| &p.error_code))?;
+            first_error(
+                resp.results
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .map(|p| &p.error_code),
+            )?;
             continue;
         }
         if p.error_code != 0 {
@@ -451,7 +492,14 @@ pub(super) async fn load(
         let batches = p
             .state_batches
             .iter()
-            .filter_map(|s| batch_in(s.first_offset, s.last_offset, s.delivery_state, s.delivery_count))
+            .filter_map(|s| {
+                batch_in(
+                    s.first_offset,
+                    s.last_offset,
+                    s.delivery_state,
+                    s.delivery_count,
+                )
+            })
             .collect();
         return Ok(ReadState {
             state_epoch: p.state_epoch,
@@ -479,18 +527,26 @@ pub(super) async fn write_remote(b: &Broker, k: &ShareKey, w: &Write) -> Result<
                 .with_leader_epoch(w.leader_epoch)
                 .with_start_offset(w.start_offset)
                 .with_delivery_complete_count(w.delivery_complete_count)
-                .with_state_batches(batches_out(&w.batches, |b: wr::StateBatch, f, l, s, c| {
-                    b.with_first_offset(f)
-                        .with_last_offset(l)
-                        .with_delivery_state(s)
-                        .with_delivery_count(c)
-                }))])]);
+                .with_state_batches(batches_out(
+                    &w.batches,
+                    |b: wr::StateBatch, f, l, s, c| {
+                        b.with_first_offset(f)
+                            .with_last_offset(l)
+                            .with_delivery_state(s)
+                            .with_delivery_count(c)
+                    },
+                ))])]);
     let resp: WriteShareGroupStateResponse = b
         .inter_broker
         .share_state(&host, port, ApiKey::WriteShareGroupState, 1, &req)
         .await
         .map_err(unreachable)?;
-    first_error(resp.results.iter().flat_map(|t| &t.partitions).map(|p| &p.error_code))
+    first_error(
+        resp.results
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| &p.error_code),
+    )
 }
 
 /// Whether this broker is the share coordinator.
@@ -553,19 +609,25 @@ pub(super) async fn summaries(
             if r.error_code != 0 {
                 return Err(r.error_code);
             }
-            Ok((r.start_offset >= 0 || r.delivery_complete_count >= 0).then_some(Summary {
-                start_offset: r.start_offset,
-                delivery_complete_count: r.delivery_complete_count,
-                leader_epoch: r.leader_epoch,
-                state_epoch: r.state_epoch,
-            }))
+            Ok(
+                (r.start_offset >= 0 || r.delivery_complete_count >= 0).then_some(Summary {
+                    start_offset: r.start_offset,
+                    delivery_complete_count: r.delivery_complete_count,
+                    leader_epoch: r.leader_epoch,
+                    state_epoch: r.state_epoch,
+                }),
+            )
         })
         .collect()
 }
 
 /// Starts share-partitions of `group` over at the given offsets
 /// (AlterShareGroupOffsets), each at a state epoch above its last.
-pub(super) async fn reset(b: &Broker, group: &str, starts: &[((Uuid, i32), i64)]) -> Result<(), i16> {
+pub(super) async fn reset(
+    b: &Broker,
+    group: &str,
+    starts: &[((Uuid, i32), i64)],
+) -> Result<(), i16> {
     use kafka_protocol::messages::initialize_share_group_state_request as i;
     if starts.is_empty() {
         return Ok(());
@@ -613,11 +675,20 @@ pub(super) async fn reset(b: &Broker, group: &str, starts: &[((Uuid, i32), i64)]
         .share_state(&host, port, ApiKey::InitializeShareGroupState, 0, &req)
         .await
         .map_err(unreachable)?;
-    first_error(resp.results.iter().flat_map(|t| &t.partitions).map(|p| &p.error_code))
+    first_error(
+        resp.results
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| &p.error_code),
+    )
 }
 
 /// Forgets share-partitions' states (DeleteShareGroupOffsets, DeleteGroups).
-pub(super) async fn delete_states(b: &Broker, group: &str, keys: &[(Uuid, i32)]) -> Result<(), i16> {
+pub(super) async fn delete_states(
+    b: &Broker,
+    group: &str,
+    keys: &[(Uuid, i32)],
+) -> Result<(), i16> {
     use kafka_protocol::messages::delete_share_group_state_request as d;
     if keys.is_empty() {
         return Ok(());
@@ -657,7 +728,12 @@ pub(super) async fn delete_states(b: &Broker, group: &str, keys: &[(Uuid, i32)])
         .share_state(&host, port, ApiKey::DeleteShareGroupState, 0, &req)
         .await
         .map_err(unreachable)?;
-    first_error(resp.results.iter().flat_map(|t| &t.partitions).map(|p| &p.error_code))
+    first_error(
+        resp.results
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| &p.error_code),
+    )
 }
 
 /// Every share-partition of `group` with a state, among the topics

@@ -159,7 +159,7 @@ struct InFlight {
     state: RecordState,
     delivery_count: i16,
     /// The member holding it while acquired.
-    member: Option<String>,
+    member: Option<std::sync::Arc<str>>,
     lock_until: Option<Instant>,
 }
 
@@ -273,6 +273,7 @@ impl SharePartition {
         let skipped = |o: i64| skip.iter().any(|(f, l)| (*f..=*l).contains(&o));
         let mut taken: Vec<(i64, i16)> = Vec::new();
         let lock_until = Some(now + s.lock_duration);
+        let holder: std::sync::Arc<str> = member.into();
         let again: Vec<i64> = self
             .records
             .iter()
@@ -290,7 +291,7 @@ impl SharePartition {
             }
             r.state = RecordState::Acquired;
             r.delivery_count += 1;
-            r.member = Some(member.to_string());
+            r.member = Some(holder.clone());
             r.lock_until = lock_until;
             taken.push((o, r.delivery_count));
         }
@@ -312,7 +313,7 @@ impl SharePartition {
                     InFlight {
                         state: RecordState::Acquired,
                         delivery_count: 1,
-                        member: Some(member.to_string()),
+                        member: Some(holder.clone()),
                         lock_until,
                     }
                 }

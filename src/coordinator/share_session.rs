@@ -222,7 +222,10 @@ mod tests {
                 added: vec![]
             })
         );
-        assert_eq!(s.acknowledge("g", "m", 0, 1), Err(SessionError::InvalidEpoch));
+        assert_eq!(
+            s.acknowledge("g", "m", 0, 1),
+            Err(SessionError::InvalidEpoch)
+        );
         assert_eq!(
             s.fetch("g", "other", 5, &[], &[], false, 1),
             Err(SessionError::NotFound)

@@ -258,7 +258,10 @@ impl ShareCoordinator {
     ) -> Result<i64, ShareStoreError> {
         self.check_active()?;
         let now = self.clock.now_ms();
-        let record = self.states.lock().initialize(key, state_epoch, start, now)?;
+        let record = self
+            .states
+            .lock()
+            .initialize(key, state_epoch, start, now)?;
         Ok(self.store.append(&[record])?)
     }
 

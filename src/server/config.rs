@@ -405,11 +405,7 @@ pub struct BrokerConfig {
     pub group_share_session_timeout_ms: u64,
 
     /// Most members a share group may have (group.share.max.size).
-    #[arg(
-        long,
-        env = "STRATA_GROUP_SHARE_MAX_SIZE",
-        default_value_t = 200
-    )]
+    #[arg(long, env = "STRATA_GROUP_SHARE_MAX_SIZE", default_value_t = 200)]
     pub group_share_max_size: u64,
 
     /// How long a share consumer holds the records it acquired before they

@@ -40,12 +40,14 @@ async fn acquire(
         .with_max_bytes(1 << 20)
         .with_max_records(500)
         .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default().with_topic_id(topic).with_partitions(
-            partitions
-                .iter()
-                .map(|p| FetchPartition::default().with_partition_index(*p))
-                .collect(),
-        )]);
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic)
+            .with_partitions(
+                partitions
+                    .iter()
+                    .map(|p| FetchPartition::default().with_partition_index(*p))
+                    .collect(),
+            )]);
     let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req).await;
     assert_eq!(resp.error_code, 0, "{resp:?}");
     let mut out = BTreeMap::new();
@@ -71,14 +73,16 @@ async fn accept(raw: &mut Raw, group: &str, member: &str, topic: Uuid, partition
         .with_group_id(Some(s(group).into()))
         .with_member_id(Some(s(member)))
         .with_share_session_epoch(1)
-        .with_topics(vec![AcknowledgeTopic::default().with_topic_id(topic).with_partitions(vec![
-            AcknowledgePartition::default()
+        .with_topics(vec![AcknowledgeTopic::default()
+            .with_topic_id(topic)
+            .with_partitions(vec![AcknowledgePartition::default()
                 .with_partition_index(partition)
-                .with_acknowledgement_batches(vec![AcknowledgementBatch::default()
-                    .with_first_offset(0)
-                    .with_last_offset(last)
-                    .with_acknowledge_types(vec![ACCEPT])]),
-        ])]);
+                .with_acknowledgement_batches(vec![
+                    AcknowledgementBatch::default()
+                        .with_first_offset(0)
+                        .with_last_offset(last)
+                        .with_acknowledge_types(vec![ACCEPT]),
+                ])])]);
     let resp: ShareAcknowledgeResponse = raw.call(ApiKey::ShareAcknowledge, 1, &req).await;
     assert_eq!(resp.error_code, 0, "{resp:?}");
     let codes: Vec<i16> = resp
@@ -117,7 +121,8 @@ async fn in_a_cluster_acknowledgements_survive_a_kill_of_the_share_coordinator()
     let producer = common::clients::producer(&bs, &[]);
     common::clients::produce_numbered(&producer, "shq", 0..40, Duration::from_secs(30)).await;
     let leaders = common::cluster::leaders(&bs, "shq", 2).expect("leaders");
-    let state_leader = common::cluster::leaders(&bs, "__share_group_state", 1).expect("state leader")[&0];
+    let state_leader =
+        common::cluster::leaders(&bs, "__share_group_state", 1).expect("state leader")[&0];
     let topic = topic_id(addr(&cluster, 1), "shq").await;
     // The group reads from the start (share.auto.offset.reset=earliest),
     // set through each broker so that both apply it at once.
@@ -128,7 +133,11 @@ async fn in_a_cluster_acknowledgements_survive_a_kill_of_the_share_coordinator()
                 32, // GROUP
                 vec![(
                     "shq-g",
-                    vec![common::config_op("share.auto.offset.reset", 0, Some("earliest"))],
+                    vec![common::config_op(
+                        "share.auto.offset.reset",
+                        0,
+                        Some("earliest"),
+                    )],
                 )],
                 false,
             )
@@ -173,10 +182,15 @@ async fn in_a_cluster_acknowledgements_survive_a_kill_of_the_share_coordinator()
         )
         .await;
         for (p, offsets) in got.unwrap_or_default() {
-            again.entry(p).or_default().extend(offsets.iter().map(|(o, _)| *o));
+            again
+                .entry(p)
+                .or_default()
+                .extend(offsets.iter().map(|(o, _)| *o));
         }
         let complete = held.iter().all(|(p, (last, total))| {
-            again.get(p).is_some_and(|got| (last + 1..*total).all(|o| got.contains(&o)))
+            again
+                .get(p)
+                .is_some_and(|got| (last + 1..*total).all(|o| got.contains(&o)))
         });
         if complete {
             break;
@@ -189,7 +203,10 @@ async fn in_a_cluster_acknowledgements_survive_a_kill_of_the_share_coordinator()
     }
     for (p, (last_accepted, _)) in held {
         let back: Vec<&i64> = again[&p].iter().filter(|o| **o <= last_accepted).collect();
-        assert!(back.is_empty(), "partition {p}: accepted records came back: {back:?}");
+        assert!(
+            back.is_empty(),
+            "partition {p}: accepted records came back: {back:?}"
+        );
     }
 }
 
@@ -212,10 +229,12 @@ async fn try_acquire(
         .with_max_bytes(1 << 20)
         .with_max_records(500)
         .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default().with_topic_id(topic).with_partitions(vec![
-            FetchPartition::default().with_partition_index(0),
-            FetchPartition::default().with_partition_index(1),
-        ])]);
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic)
+            .with_partitions(vec![
+                FetchPartition::default().with_partition_index(0),
+                FetchPartition::default().with_partition_index(1),
+            ])]);
     let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req).await;
     let mut out = BTreeMap::new();
     if resp.error_code != 0 {
