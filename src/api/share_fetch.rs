@@ -544,10 +544,7 @@ async fn load(b: &Broker, key: &Key, p: &crate::log::Partition, epoch: i32) -> R
     let start = start_offset(b, &key.0, p).await;
     let state = super::share_state::load(b, &share_key(key), epoch, start)
         .await
-        .map_err(|code| {
-            tracing::warn!(code, "could not load share-partition state");
-            code
-        })?;
+        .inspect_err(|&code| tracing::warn!(code, "could not load share-partition state"))?;
     let loaded = Loaded {
         partition: SharePartition::restore(state.start_offset.max(0), &state.batches),
         leader_epoch: epoch,
@@ -794,4 +791,45 @@ async fn share_acknowledge(
     ShareAcknowledgeResponse::default()
         .with_acquisition_lock_timeout_ms(settings(&b, &group).lock_duration.as_millis() as i32)
         .with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::batch::{encode_batch, encode_transactional_batch};
+    use crate::format::control::AbortedTxn;
+    use kafka_protocol::records::Compression;
+
+    /// A batch of `n` records at `base`, transactional for `producer`.
+    fn batch(base: i64, n: usize, producer: Option<i64>) -> Vec<u8> {
+        let records = (0..n).map(|_| (None, Some(bytes::Bytes::from_static(b"v")), 0)).collect();
+        let b = match producer {
+            Some(p) => encode_transactional_batch(records, (p, 0, 0), Compression::None),
+            None => encode_batch(records, None, Compression::None),
+        };
+        let mut b = b.unwrap().to_vec();
+        b[..8].copy_from_slice(&base.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn aborted_transactions_are_skipped_and_committed_ones_are_not() {
+        let records = [batch(0, 2, None), batch(2, 3, Some(7)), batch(5, 2, Some(8))].concat();
+        let aborted = [AbortedTxn {
+            producer_id: 7,
+            first_offset: 2,
+            last_offset: 9,
+            last_stable_offset: 10,
+        }];
+        assert_eq!(skipped(&records, &aborted), vec![(2, 4)]);
+        assert_eq!(skipped(&records, &[]), vec![]);
+    }
+
+    #[test]
+    fn a_batch_optimized_acquire_ends_where_the_batch_ends() {
+        let records = [batch(0, 2, None), batch(2, 3, None)].concat();
+        assert_eq!(batch_last_offset(&records, 0), 1);
+        assert_eq!(batch_last_offset(&records, 3), 4);
+        assert_eq!(batch_last_offset(&records, 9), 9);
+    }
 }

@@ -941,6 +941,7 @@ mod tests {
                     wait_for_fsync: false,
                     consumer: Default::default(),
                     streams: Default::default(),
+                    share: Default::default(),
                 },
             }
         }

@@ -534,6 +534,16 @@ mod tests {
     }
 
     #[test]
+    fn an_iso_duration_is_read_as_java_reads_it() {
+        let secs = |d: &str| iso_duration(d).map(|d| d.as_secs_f64());
+        assert_eq!(secs("PT1H"), Some(3600.0));
+        assert_eq!(secs("P1DT2H30M"), Some(86_400.0 + 9000.0));
+        assert_eq!(secs("PT0.5S"), Some(0.5));
+        assert_eq!(secs("PT2M1H"), None, "units out of order");
+        assert_eq!(secs("P1H"), None, "hours before T");
+    }
+
+    #[test]
     fn share_auto_offset_reset_takes_a_non_negative_iso_duration() {
         for ok in [
             "latest",

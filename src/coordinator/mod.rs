@@ -1875,6 +1875,7 @@ mod tests {
             wait_for_fsync: false,
             consumer: Default::default(),
             streams: Default::default(),
+            share: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(1));
@@ -1998,6 +1999,7 @@ mod tests {
             wait_for_fsync: false,
             consumer: Default::default(),
             streams: Default::default(),
+            share: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(2));

@@ -352,4 +352,22 @@ mod tests {
         assert!(s.delete(&key()).is_some());
         assert!(s.delete(&key()).is_none());
     }
+
+    #[test]
+    fn an_operator_reset_fences_the_leader_writing_the_old_state() {
+        let mut s = ShareStates::new(0);
+        s.initialize(&key(), 0, 0, 1).unwrap();
+        s.write(&key(), &write(1, 0, vec![batch(0, 4, RecordState::Acknowledged, 1)]), 2)
+            .unwrap();
+        let epoch = s.next_state_epoch(&key());
+        assert_eq!(epoch, 1);
+        s.initialize(&key(), epoch, 2, 3).unwrap();
+        let summary = s.summary(&key()).unwrap();
+        assert_eq!((summary.start_offset, summary.state_epoch), (2, 1));
+        // The leader still writes at state epoch 0.
+        assert_eq!(
+            s.write(&key(), &write(1, 5, vec![]), 4),
+            Err(StateError::FencedStateEpoch)
+        );
+    }
 }
