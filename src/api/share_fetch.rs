@@ -802,7 +802,9 @@ mod tests {
 
     /// A batch of `n` records at `base`, transactional for `producer`.
     fn batch(base: i64, n: usize, producer: Option<i64>) -> Vec<u8> {
-        let records = (0..n).map(|_| (None, Some(bytes::Bytes::from_static(b"v")), 0)).collect();
+        let records = (0..n)
+            .map(|_| (None, Some(bytes::Bytes::from_static(b"v")), 0))
+            .collect();
         let b = match producer {
             Some(p) => encode_transactional_batch(records, (p, 0, 0), Compression::None),
             None => encode_batch(records, None, Compression::None),
@@ -814,7 +816,12 @@ mod tests {
 
     #[test]
     fn aborted_transactions_are_skipped_and_committed_ones_are_not() {
-        let records = [batch(0, 2, None), batch(2, 3, Some(7)), batch(5, 2, Some(8))].concat();
+        let records = [
+            batch(0, 2, None),
+            batch(2, 3, Some(7)),
+            batch(5, 2, Some(8)),
+        ]
+        .concat();
         let aborted = [AbortedTxn {
             producer_id: 7,
             first_offset: 2,

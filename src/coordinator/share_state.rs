@@ -357,8 +357,12 @@ mod tests {
     fn an_operator_reset_fences_the_leader_writing_the_old_state() {
         let mut s = ShareStates::new(0);
         s.initialize(&key(), 0, 0, 1).unwrap();
-        s.write(&key(), &write(1, 0, vec![batch(0, 4, RecordState::Acknowledged, 1)]), 2)
-            .unwrap();
+        s.write(
+            &key(),
+            &write(1, 0, vec![batch(0, 4, RecordState::Acknowledged, 1)]),
+            2,
+        )
+        .unwrap();
         let epoch = s.next_state_epoch(&key());
         assert_eq!(epoch, 1);
         s.initialize(&key(), epoch, 2, 3).unwrap();

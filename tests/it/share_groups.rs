@@ -260,3 +260,97 @@ async fn try_acquire(
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_requests_in_wrong_states_get_kafkas_errors_and_share_version_zero_turns_them_off() {
+    use share_acknowledge_request::AcknowledgeTopic;
+    let server = common::InProcess::start(&[]).await;
+    let mut raw = Raw::connect(server.addr()).await;
+    raw.create_topic("shs", 1, &[]).await;
+    let topic = topic_id(server.addr(), "shs").await;
+    let fetch = |epoch: i32, member: &str| {
+        ShareFetchRequest::default()
+            .with_group_id(Some(s("shs-g").into()))
+            .with_member_id(Some(s(member)))
+            .with_share_session_epoch(epoch)
+            .with_max_records(10)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![share_fetch_request::FetchTopic::default()
+                .with_topic_id(topic)
+                .with_partitions(vec![
+                    share_fetch_request::FetchPartition::default(),
+                ])])
+    };
+    // A session that was never opened, an empty member id, a bad acquire mode.
+    let r: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &fetch(3, "m1")).await;
+    assert_eq!(r.error_code, ResponseError::ShareSessionNotFound.code());
+    let r: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &fetch(0, "")).await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    let r: ShareFetchResponse = raw
+        .call(
+            ApiKey::ShareFetch,
+            2,
+            &fetch(0, "m1").with_share_acquire_mode(7),
+        )
+        .await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+    // Opened at epoch 0, the next is 1: a wrong epoch is refused, and a
+    // ShareAcknowledge may not open a session.
+    let r: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &fetch(0, "m1")).await;
+    assert_eq!(r.error_code, 0);
+    let r: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &fetch(5, "m1")).await;
+    assert_eq!(r.error_code, ResponseError::InvalidShareSessionEpoch.code());
+    let ack = ShareAcknowledgeRequest::default()
+        .with_group_id(Some(s("shs-g").into()))
+        .with_member_id(Some(s("m1")))
+        .with_share_session_epoch(0)
+        .with_topics(vec![AcknowledgeTopic::default().with_topic_id(topic)]);
+    let r: ShareAcknowledgeResponse = raw.call(ApiKey::ShareAcknowledge, 1, &ack).await;
+    assert_eq!(r.error_code, ResponseError::InvalidShareSessionEpoch.code());
+    // Offsets of a group that does not exist cannot be deleted.
+    let del = DeleteShareGroupOffsetsRequest::default()
+        .with_group_id(s("nobody").into())
+        .with_topics(vec![
+            delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(s("shs").into()),
+        ]);
+    let r: DeleteShareGroupOffsetsResponse =
+        raw.call(ApiKey::DeleteShareGroupOffsets, 0, &del).await;
+    assert_eq!(r.error_code, ResponseError::GroupIdNotFound.code());
+    // The inter-broker state APIs answer for uninitialized state as Kafka does.
+    let read = ReadShareGroupStateRequest::default()
+        .with_group_id(s("shs-g"))
+        .with_topics(vec![
+            read_share_group_state_request::ReadStateData::default()
+                .with_topic_id(topic)
+                .with_partitions(vec![
+                    read_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_leader_epoch(0),
+                ]),
+        ]);
+    let r: ReadShareGroupStateResponse = raw.call(ApiKey::ReadShareGroupState, 0, &read).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, 0,
+        "the fetch above initialized it"
+    );
+
+    // share.version 0: every share API answers UNSUPPORTED_VERSION.
+    use update_features_request::FeatureUpdateKey;
+    let off = UpdateFeaturesRequest::default()
+        .with_timeout_ms(5000)
+        .with_feature_updates(vec![FeatureUpdateKey::default()
+            .with_feature(s("share.version"))
+            .with_max_version_level(0)
+            .with_upgrade_type(2)]);
+    let r: UpdateFeaturesResponse = raw.call(ApiKey::UpdateFeatures, 1, &off).await;
+    assert_eq!(r.error_code, 0);
+    let hb = ShareGroupHeartbeatRequest::default()
+        .with_group_id(s("shs-g").into())
+        .with_member_id(s("m2"))
+        .with_subscribed_topic_names(Some(vec![s("shs").into()]));
+    let r: ShareGroupHeartbeatResponse = raw.call(ApiKey::ShareGroupHeartbeat, 1, &hb).await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+    let r: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &fetch(0, "m2")).await;
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+}
