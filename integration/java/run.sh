@@ -38,10 +38,13 @@
 #                       producer, an epoch bump per commit and abort, kafka-transactions list / describe /
 #                       describe-producers
 #   StreamsEosTest      Kafka Streams word count (KTable) under exactly_once_v2 on a private broker: exact
+#                       counts, also across kill -9 and restart of the broker mid-run; producers on transactions v2
 #   StreamsGroupsTest   Streams 4.4 on group.protocol=streams (KIP-1071): word count under ALOS and EOS with an
 #                       instance joining and one leaving (and a broker kill -9 under EOS), broker-created internal
 #                       topics, kafka-streams-groups --list/--describe/--reset-offsets/--delete
-#                       counts, also across kill -9 and restart of the broker mid-run; producers on transactions v2
+#   ShareGroupsTest     share groups (KIP-932), KafkaShareConsumer 4.4: five consumers on one partition, RELEASE,
+#                       REJECT, lock expiry, the delivery count limit, acknowledgements across a broker kill -9,
+#                       kafka-console-share-consumer and kafka-share-groups --list/--describe/--reset-offsets/--delete
 #   AclsQuotasTest      kafka-acls add/list/remove, a topic without READ refused and hidden, kafka-configs client
 #                       quotas, on a private broker with --authorizer acl
 #   BrokerConfigsCliTest  dynamic broker configs: kafka-configs --entity-type brokers --entity-name/--entity-default

@@ -84,6 +84,19 @@ impl InterBroker {
         .await
     }
 
+    /// One of the share-partition state requests (keys 83 to 87) to the
+    /// share coordinator.
+    pub(crate) async fn share_state<Q: Encodable, R: Decodable>(
+        &self,
+        host: &str,
+        port: i32,
+        key: ApiKey,
+        version: i16,
+        req: &Q,
+    ) -> anyhow::Result<R> {
+        self.request(host, port, key, version, req).await
+    }
+
     async fn request<Q: Encodable, R: Decodable>(
         &self,
         host: &str,

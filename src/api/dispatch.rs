@@ -48,7 +48,8 @@ use crate::principal::Principal;
 use super::{
     acls, config_resources, configs, consumer_groups, delegation_tokens, features, fetch, groups,
     log_dirs, metadata, offsets, partitions, produce, producer_id, producers, quorum, quotas,
-    scram_credentials, streams_groups, topics, transactions, txn_markers, versions, Broker, Reply,
+    scram_credentials, share_fetch, share_groups, share_state, streams_groups, topics,
+    transactions, txn_markers, versions, Broker, Reply,
 };
 
 pub(super) struct Api {
@@ -78,6 +79,8 @@ pub(crate) struct Ctx<'a> {
     pub listener: &'a str,
     /// Whether delegation token requests may be served on this connection.
     pub delegation_tokens_allowed: bool,
+    /// Which connection the request came on.
+    pub connection: u64,
     /// The connection's mute, which a throttled response extends.
     pub mute: &'a Arc<super::Mute>,
 }
@@ -195,6 +198,18 @@ pub(super) const APIS: &[Api] = &[
     partitions::DESCRIBE_TOPIC_PARTITIONS,
     consumer_groups::CONSUMER_GROUP_HEARTBEAT,
     consumer_groups::CONSUMER_GROUP_DESCRIBE,
+    share_groups::SHARE_GROUP_HEARTBEAT,
+    share_groups::SHARE_GROUP_DESCRIBE,
+    share_groups::DESCRIBE_SHARE_GROUP_OFFSETS,
+    share_groups::ALTER_SHARE_GROUP_OFFSETS,
+    share_groups::DELETE_SHARE_GROUP_OFFSETS,
+    share_fetch::SHARE_FETCH,
+    share_fetch::SHARE_ACKNOWLEDGE,
+    share_state::INITIALIZE_SHARE_GROUP_STATE,
+    share_state::READ_SHARE_GROUP_STATE,
+    share_state::WRITE_SHARE_GROUP_STATE,
+    share_state::DELETE_SHARE_GROUP_STATE,
+    share_state::READ_SHARE_GROUP_STATE_SUMMARY,
     streams_groups::STREAMS_GROUP_HEARTBEAT,
     streams_groups::STREAMS_GROUP_DESCRIBE,
     streams_groups::STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE,

@@ -76,6 +76,9 @@ pub(crate) const TRANSACTION_VERSION: &str = "transaction.version";
 /// Kafka Streams' rebalance protocol (KIP-1071) from level 1.
 pub(crate) const STREAMS_VERSION: &str = "streams.version";
 
+/// Share groups (KIP-932) from level 1.
+pub(crate) const SHARE_VERSION: &str = "share.version";
+
 const FEATURES: &[Feature] = &[
     Feature {
         name: GROUP_VERSION,
@@ -89,6 +92,11 @@ const FEATURES: &[Feature] = &[
     },
     Feature {
         name: STREAMS_VERSION,
+        max: 1,
+        default: 1,
+    },
+    Feature {
+        name: SHARE_VERSION,
         max: 1,
         default: 1,
     },

@@ -1026,7 +1026,7 @@ pub(super) fn describe_groups(
 
 /// From v3 a group that could not be deleted says why (`ErrorMessage`).
 pub(super) fn delete_groups(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     req: DeleteGroupsRequest,
     version: i16,
 ) -> DeleteGroupsResponse {
@@ -1034,7 +1034,14 @@ pub(super) fn delete_groups(
         .groups_names
         .into_iter()
         .map(|g| {
+            let share = broker.coordinator.is_share_group(g.as_str());
             let r = broker.coordinator.delete_group(g.as_str());
+            if share && r.is_ok() {
+                // The group is gone already; its share-partition states
+                // follow (a new group of that name must not inherit them).
+                let (b, g) = (broker.clone(), g.to_string());
+                tokio::spawn(async move { super::share_groups::delete_state(&b, &g).await });
+            }
             let result = DeletableGroupResult::default().with_error_code(code_of(&r));
             let result = match &r {
                 Err(e) if version >= 3 => {

@@ -39,6 +39,9 @@ mod producers;
 mod quorum;
 mod quotas;
 mod scram_credentials;
+mod share_fetch;
+mod share_groups;
+mod share_state;
 mod streams_groups;
 mod topics;
 mod transactions;
@@ -67,6 +70,7 @@ pub(crate) use configs::StaticConfig;
 use dispatch::Ctx;
 pub(crate) use dispatch::Encoder;
 
+pub(crate) use share_fetch::{connection_closed, run_share_timers};
 pub(crate) use transactions::run_markers;
 
 /// An encoded response frame (length prefix included); empty when the
@@ -112,6 +116,8 @@ pub(crate) struct Services {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
+    /// The share coordinator (`__share_group_state`).
+    pub share: Arc<crate::coordinator::share_store::ShareCoordinator>,
     pub clock: SharedClock,
     /// Cluster mode: the brokers, the leaders, and what this one serves.
     pub cluster: Option<Arc<ClusterNode>>,
@@ -154,6 +160,8 @@ pub(crate) struct Broker {
     /// Transactions v2 batches waiting for their partition to join the
     /// producer's transaction.
     pub(crate) joins: Arc<produce::Joins>,
+    /// Share groups' share-partitions and sessions (KIP-932).
+    pub(crate) share: share_fetch::ShareState,
 }
 
 /// How long a connection stays muted after a throttled response (KIP-219):
@@ -198,6 +206,8 @@ pub(crate) struct Session<'a> {
     /// Kafka refuses delegation token requests on PLAINTEXT, 1-way SSL and
     /// token-authenticated connections.
     pub delegation_tokens_allowed: bool,
+    /// Which connection it is (share sessions end with theirs).
+    pub connection: u64,
 }
 
 /// Whether this broker answers for a partition.
@@ -256,6 +266,7 @@ impl Broker {
             catalog,
             coordinator,
             txn,
+            share,
             clock,
             cluster,
             access,
@@ -287,6 +298,7 @@ impl Broker {
             dynamic: broker_configs::DynamicConfigs::new(reconfigure),
             features: features::Features::new(),
             joins: Arc::default(),
+            share: share_fetch::ShareState::new(share),
         }
     }
 
@@ -320,6 +332,7 @@ impl Broker {
             client_host,
             listener,
             delegation_tokens_allowed,
+            connection,
         } = *session;
         if frame.len() < 8 {
             return Err(FrameError::Truncated);
@@ -356,6 +369,7 @@ impl Broker {
             principal,
             listener,
             delegation_tokens_allowed,
+            connection,
             mute,
         };
         (api.handle)(self, body, cx).map_err(malformed)

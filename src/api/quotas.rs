@@ -178,8 +178,12 @@ throttled!(
     AlterUserScramCredentialsResponse, ListConfigResourcesResponse, CreateDelegationTokenResponse,
     RenewDelegationTokenResponse, ExpireDelegationTokenResponse, DescribeDelegationTokenResponse,
     UpdateFeaturesResponse, StreamsGroupHeartbeatResponse, StreamsGroupDescribeResponse,
-    StreamsGroupTopologyDescriptionUpdateResponse;
+    StreamsGroupTopologyDescriptionUpdateResponse, ShareGroupHeartbeatResponse, ShareFetchResponse,
+    ShareGroupDescribeResponse, ShareAcknowledgeResponse, DescribeShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse;
     without DescribeQuorumResponse, WriteTxnMarkersResponse, SaslHandshakeResponse,
+    InitializeShareGroupStateResponse, ReadShareGroupStateResponse, WriteShareGroupStateResponse,
+    DeleteShareGroupStateResponse, ReadShareGroupStateSummaryResponse,
     SaslAuthenticateResponse
 );
 

@@ -138,6 +138,8 @@ pub(crate) struct Group {
     pub consumer: Option<super::consumer::ConsumerGroup>,
     /// Set while the group is a Streams group (KIP-1071).
     pub streams: Option<super::streams::StreamsGroup>,
+    /// Set while the group is a share group (KIP-932).
+    pub share: Option<super::share_group::ShareGroup>,
 }
 
 impl Group {
@@ -158,6 +160,7 @@ impl Group {
             dirty: false,
             consumer: None,
             streams: None,
+            share: None,
         }
     }
 
@@ -305,6 +308,10 @@ impl Group {
         !self.members.is_empty()
             || self.consumer.as_ref().is_some_and(|c| c.has_members())
             || self.streams.as_ref().is_some_and(|s| s.has_members())
+            || self
+                .share
+                .as_ref()
+                .is_some_and(|s| s.members().next().is_some())
     }
 
     fn key_of(&self, id: &str) -> Option<u64> {
@@ -934,6 +941,7 @@ mod tests {
                     wait_for_fsync: false,
                     consumer: Default::default(),
                     streams: Default::default(),
+                    share: Default::default(),
                 },
             }
         }

@@ -312,7 +312,7 @@ fn check_auto_offset_reset(value: &str) -> Result<(), String> {
     match value.trim() {
         "latest" | "earliest" => Ok(()),
         v => match v.strip_prefix("by_duration:") {
-            Some(d) if iso_duration(d.trim()) => Ok(()),
+            Some(d) if iso_duration(d.trim()).is_some() => Ok(()),
             Some(_) => Err(why("Invalid ISO8601 format or negative duration")),
             None => Err(why("Invalid value")),
         },
@@ -320,16 +320,15 @@ fn check_auto_offset_reset(value: &str) -> Result<(), String> {
 }
 
 /// A non-negative `PnDTnHnMn.nS` duration, as java.time.Duration parses it.
-fn iso_duration(d: &str) -> bool {
-    let Some(rest) = d.strip_prefix('P').or_else(|| d.strip_prefix('p')) else {
-        return false;
-    };
+pub(crate) fn iso_duration(d: &str) -> Option<std::time::Duration> {
+    let rest = d.strip_prefix('P').or_else(|| d.strip_prefix('p'))?;
     let (days, time) = match rest.split_once(['T', 't']) {
         Some((days, time)) => (days, Some(time)),
         None => (rest, None),
     };
     let mut any = false;
-    let mut part = |s: &str, units: &[char]| -> bool {
+    let mut seconds = 0f64;
+    let mut part = |s: &str, units: &[(char, f64)]| -> bool {
         let mut s = s;
         let mut at = 0;
         while !s.is_empty() {
@@ -339,27 +338,29 @@ fn iso_duration(d: &str) -> bool {
             let (number, unit) = (&s[..end], s[end..].chars().next().expect("found"));
             let Some(i) = units
                 .iter()
-                .position(|u| u.eq_ignore_ascii_case(&unit))
+                .position(|(u, _)| u.eq_ignore_ascii_case(&unit))
                 .filter(|i| *i >= at)
             else {
                 return false;
             };
-            let fractional = unit.eq_ignore_ascii_case(&'S');
-            let valid = if fractional {
-                number.parse::<f64>().is_ok_and(|n| n >= 0.0) && !number.starts_with('+')
-            } else {
-                number.parse::<u64>().is_ok() && !number.starts_with('+')
+            let value = match unit.eq_ignore_ascii_case(&'S') {
+                true => number.parse::<f64>().ok().filter(|n| *n >= 0.0),
+                false => number.parse::<u64>().ok().map(|n| n as f64),
             };
-            if !valid {
+            let Some(value) = value.filter(|_| !number.starts_with('+')) else {
                 return false;
-            }
+            };
+            seconds += value * units[i].1;
             any = true;
             at = i + 1;
             s = &s[end + 1..];
         }
         true
     };
-    part(days, &['D']) && time.is_none_or(|t| !t.is_empty() && part(t, &['H', 'M', 'S'])) && any
+    let valid = part(days, &[('D', 86_400.0)])
+        && time.is_none_or(|t| !t.is_empty() && part(t, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)]))
+        && any;
+    valid.then(|| std::time::Duration::from_secs_f64(seconds))
 }
 
 /// Every group's overrides, as last stored.
@@ -413,6 +414,40 @@ impl GroupConfigs {
             cfg.heartbeat_interval = d;
         }
         Cow::Owned(cfg)
+    }
+
+    /// The broker's share group settings with the group's overrides.
+    pub(crate) fn share(
+        &self,
+        group: &str,
+        broker: &super::share_group::ShareGroupConfig,
+    ) -> super::share_group::ShareGroupConfig {
+        let mut cfg = broker.clone();
+        let all = self.0.read();
+        let Some(configs) = all.get(group) else {
+            return cfg;
+        };
+        let num = |name: &str| configs.get(name).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(v) = num("share.session.timeout.ms") {
+            cfg.session_timeout = Duration::from_millis(v);
+        }
+        if let Some(v) = num("share.heartbeat.interval.ms") {
+            cfg.heartbeat_interval = Duration::from_millis(v);
+        }
+        let p = &mut cfg.partition;
+        if let Some(v) = num("share.record.lock.duration.ms") {
+            p.lock_duration = Duration::from_millis(v);
+        }
+        if let Some(v) = num("share.delivery.count.limit") {
+            p.delivery_count_limit = v.clamp(1, i16::MAX as u64) as i16;
+        }
+        if let Some(v) = num("share.partition.max.record.locks") {
+            p.max_in_flight = v.max(1) as i64;
+        }
+        if let Some(v) = configs.get("share.renew.acknowledge.enable") {
+            p.renew_enabled = v.trim() == "true";
+        }
+        cfg
     }
 
     /// The broker's streams group settings with the group's overrides.
@@ -496,6 +531,16 @@ mod tests {
             validate(&c, long_heartbeats).unwrap_err(),
             "streams.session.timeout.ms must be greater than streams.heartbeat.interval.ms"
         );
+    }
+
+    #[test]
+    fn an_iso_duration_is_read_as_java_reads_it() {
+        let secs = |d: &str| iso_duration(d).map(|d| d.as_secs_f64());
+        assert_eq!(secs("PT1H"), Some(3600.0));
+        assert_eq!(secs("P1DT2H30M"), Some(86_400.0 + 9000.0));
+        assert_eq!(secs("PT0.5S"), Some(0.5));
+        assert_eq!(secs("PT2M1H"), None, "units out of order");
+        assert_eq!(secs("P1H"), None, "hours before T");
     }
 
     #[test]

@@ -260,6 +260,7 @@ mod tests {
             wait_for_fsync: false,
             consumer: Default::default(),
             streams: Default::default(),
+            share: Default::default(),
         };
         config.consumer.migration = policy;
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();

@@ -17,6 +17,12 @@ pub(crate) mod group;
 pub(crate) mod group_config;
 pub(crate) mod migration;
 pub(crate) mod records;
+pub(crate) mod share_group;
+pub(crate) mod share_partition;
+pub(crate) mod share_records;
+pub(crate) mod share_session;
+pub(crate) mod share_state;
+pub(crate) mod share_store;
 pub(crate) mod store;
 pub(crate) mod streams;
 pub(crate) mod streams_records;
@@ -126,6 +132,7 @@ pub struct CoordinatorConfig {
     pub wait_for_fsync: bool,
     pub consumer: ConsumerGroupConfig,
     pub streams: streams::StreamsGroupConfig,
+    pub share: share_group::ShareGroupConfig,
 }
 
 /// One committed offset to store.
@@ -269,6 +276,11 @@ impl GroupCoordinator {
             clock,
             random,
         })
+    }
+
+    /// The broker's share group settings with the group's overrides.
+    pub(crate) fn share_config(&self, group: &str) -> share_group::ShareGroupConfig {
+        self.group_configs.share(group, &self.config.share)
     }
 
     /// Each group's config overrides, which take effect at its next heartbeat.
@@ -1017,6 +1029,113 @@ impl GroupCoordinator {
         result
     }
 
+    /// ShareGroupHeartbeat. A member joining creates the group.
+    pub(crate) fn share_heartbeat(
+        &self,
+        group_id: &str,
+        params: share_group::HeartbeatParams,
+    ) -> Result<share_group::HeartbeatResult, CoordinatorError> {
+        let cfg = &self.share_config(group_id);
+        self.check_active()?;
+        share_group::validate(group_id, &params)?;
+        let topics = self.topics();
+        let mut groups = self.groups.lock();
+        let now_ms = self.clock.now_ms();
+        let group = match groups.get_mut(group_id) {
+            Some(g) => g,
+            None if params.member_epoch == 0 => groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id, now_ms)),
+            // Membership is not persisted yet: after a restart a member must
+            // rejoin, which UNKNOWN_MEMBER_ID makes it do (GROUP_ID_NOT_FOUND
+            // is fatal to the Java client).
+            None => return Err(CoordinatorError::UnknownMemberId),
+        };
+        if group.share.is_none() {
+            if group.has_members() || group.consumer.is_some() || group.streams.is_some() {
+                return Err(CoordinatorError::GroupNotFound(format!(
+                    "Group {group_id} is not a share group."
+                )));
+            }
+            group.share = Some(share_group::ShareGroup::new(group_id));
+        }
+        let sg = group.share.as_mut().expect("set above");
+        let epoch = sg.epoch;
+        let result = sg.heartbeat(params, self.clock.now(), &topics, cfg);
+        // Membership is not written (members rejoin after a failover); the
+        // group and its epoch are, so it outlives its members.
+        if sg.epoch != epoch {
+            if let Err(e) = self.store.append(&[sg.epoch_record()]) {
+                tracing::error!(group = group_id, error = %e, "could not persist share group");
+            }
+        }
+        result
+    }
+
+    /// Whether `group_id` is a share group; GROUP_ID_NOT_FOUND if it is
+    /// another kind, and with `create` an absent one becomes an empty
+    /// share group (AlterShareGroupOffsets). NON_EMPTY_GROUP while it has
+    /// members: its offsets change only while nobody reads.
+    pub(crate) fn share_group_empty(
+        &self,
+        group_id: &str,
+        create: bool,
+    ) -> Result<(), CoordinatorError> {
+        self.check_active()?;
+        if group_id.is_empty() {
+            return Err(CoordinatorError::InvalidGroupId);
+        }
+        let mut groups = self.groups.lock();
+        let g = match groups.get_mut(group_id) {
+            Some(g) => g,
+            None if create => {
+                let mut g = Group::new(group_id, self.clock.now_ms());
+                let sg = share_group::ShareGroup::new(group_id);
+                self.store.append(&[sg.epoch_record()])?;
+                g.share = Some(sg);
+                groups.entry(group_id.to_string()).or_insert(g)
+            }
+            None => return Err(CoordinatorError::GroupIdNotFound),
+        };
+        match &g.share {
+            None => Err(CoordinatorError::GroupNotFound(format!(
+                "Group {group_id} is not a share group."
+            ))),
+            Some(_) if g.has_members() => Err(CoordinatorError::NonEmptyGroup),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Whether `group_id` is a share group.
+    pub(crate) fn is_share_group(&self, group_id: &str) -> bool {
+        self.groups
+            .lock()
+            .get(group_id)
+            .is_some_and(|g| g.share.is_some())
+    }
+
+    /// ShareGroupDescribe: the group's state, epochs and members with their
+    /// assignments, or GROUP_ID_NOT_FOUND unless it is a share group.
+    pub(crate) fn share_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<(&'static str, i32, i32, Vec<share_group::Member>), CoordinatorError> {
+        self.check_active()?;
+        let groups = self.groups.lock();
+        let g = groups.get(group_id).ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} not found."))
+        })?;
+        let sg = g.share.as_ref().ok_or_else(|| {
+            CoordinatorError::GroupNotFound(format!("Group {group_id} is not a share group."))
+        })?;
+        Ok((
+            sg.state(),
+            sg.epoch,
+            sg.assignment_epoch,
+            sg.members().cloned().collect(),
+        ))
+    }
+
     /// StreamsGroupDescribe: GROUP_ID_NOT_FOUND unless it is a Streams group.
     pub(crate) fn streams_describe(
         &self,
@@ -1081,6 +1200,12 @@ impl GroupCoordinator {
         let mut out: Vec<GroupListing> = groups
             .values()
             .map(|g| match &g.consumer {
+                None if g.share.is_some() => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: "share".to_string(),
+                    state: g.share.as_ref().map_or("Empty", |s| s.state()),
+                    group_type: "share",
+                },
                 None if g.streams.is_some() => GroupListing {
                     group_id: g.id.clone(),
                     protocol_type: "streams".to_string(),
@@ -1110,7 +1235,7 @@ impl GroupCoordinator {
     pub(crate) fn describe(&self, group_id: &str) -> Result<GroupDescription, NotDescribed> {
         let groups = self.groups.lock();
         let g = groups.get(group_id).ok_or(NotDescribed::NotFound)?;
-        if g.consumer.is_some() || g.streams.is_some() {
+        if g.consumer.is_some() || g.streams.is_some() || g.share.is_some() {
             return Err(NotDescribed::NotClassic);
         }
         let protocol = g.protocol.clone().unwrap_or_default();
@@ -1164,10 +1289,11 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        match (&group.consumer, &group.streams) {
-            (Some(cg), _) => records.extend(cg.tombstones()),
-            (_, Some(sg)) => records.extend(sg.tombstones()),
-            (None, None) => records.push((
+        match (&group.consumer, &group.streams, &group.share) {
+            (Some(cg), _, _) => records.extend(cg.tombstones()),
+            (_, Some(sg), _) => records.extend(sg.tombstones()),
+            (_, _, Some(sg)) => records.push((sg.epoch_record().0, None)),
+            (None, None, None) => records.push((
                 RecordKey::Group {
                     group: group_id.to_string(),
                 },
@@ -1303,6 +1429,18 @@ impl GroupCoordinator {
                     sg.remove_members(&expired, now_ms, topics, &cfg, &mut tombstones);
                 }
             }
+            let expired = g
+                .share
+                .as_ref()
+                .map(|sg| sg.expired(now, &self.group_configs.share(&g.id, &self.config.share)))
+                .unwrap_or_default();
+            if !expired.is_empty() {
+                tracing::info!(group = %g.id, members = ?expired, "share group members expired");
+                let topics = topics.get_or_insert_with(|| self.topics());
+                if let Some(sg) = &mut g.share {
+                    sg.remove_members(&expired, topics);
+                }
+            }
             g.tick(now, now_ms, &self.config);
             self.persist_group(g);
             if expire_offsets && g.state == GroupState::Empty && !g.has_members() {
@@ -1319,7 +1457,9 @@ impl GroupCoordinator {
         let dead: Vec<String> = groups
             .values()
             .filter(|g| {
-                g.is_idle() && (expire_offsets || (g.consumer.is_none() && g.streams.is_none()))
+                g.is_idle()
+                    && g.share.is_none()
+                    && (expire_offsets || (g.consumer.is_none() && g.streams.is_none()))
             })
             .map(|g| g.id.clone())
             .collect();
@@ -1514,6 +1654,23 @@ fn restore_consumer(
                     consumer_of(groups, &group).restore_current(&member, v, now);
                 }
             }
+            RecordKey::ShareGroup { group } => match value {
+                Some(v) => {
+                    let v = ConsumerGroupValue::decode(&v)?;
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(&group, 0));
+                    g.share = Some(share_group::ShareGroup::restore(&group, &v));
+                }
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.share = None;
+                        if g.offsets.is_empty() {
+                            groups.remove(&group);
+                        }
+                    }
+                }
+            },
             key @ (RecordKey::StreamsGroup { .. }
             | RecordKey::StreamsMember { .. }
             | RecordKey::StreamsTargetAssignment { .. }
@@ -1718,6 +1875,7 @@ mod tests {
             wait_for_fsync: false,
             consumer: Default::default(),
             streams: Default::default(),
+            share: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(1));
@@ -1841,6 +1999,7 @@ mod tests {
             wait_for_fsync: false,
             consumer: Default::default(),
             streams: Default::default(),
+            share: Default::default(),
         };
         let store = OffsetsStore::open(&catalog, &config, clock.clone()).unwrap();
         let random = Arc::new(SeededRandom::new(2));

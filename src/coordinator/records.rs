@@ -45,6 +45,10 @@ pub(crate) enum RecordKey {
         group: String,
         member: String,
     },
+    /// ShareGroupMetadata (key 11): the group's epoch.
+    ShareGroup {
+        group: String,
+    },
     StreamsGroup {
         group: String,
     },
@@ -226,6 +230,10 @@ impl RecordKey {
                 put_str(&mut b, group);
                 put_str(&mut b, member);
             }
+            RecordKey::ShareGroup { group } => {
+                b.put_i16(11);
+                put_str(&mut b, group);
+            }
             RecordKey::StreamsGroup { group }
             | RecordKey::StreamsTargetAssignment { group }
             | RecordKey::StreamsTopology { group } => {
@@ -279,6 +287,9 @@ impl RecordKey {
                     _ => RecordKey::CurrentAssignment { group, member },
                 })
             }
+            11 => Ok(RecordKey::ShareGroup {
+                group: get_str(&mut b)?,
+            }),
             v @ (17 | 20 | 23) => {
                 let group = get_str(&mut b)?;
                 Ok(match v {

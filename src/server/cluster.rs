@@ -26,6 +26,7 @@ use crate::cluster::{
     BrokerInfo, ClusterError, ClusterNode, ClusterUrl, ClusterView, Controller, LeaseState, Member,
     MemberOptions,
 };
+use crate::coordinator::share_store::{ShareCoordinator, SHARE_STATE_TOPIC};
 use crate::coordinator::store::OFFSETS_TOPIC;
 use crate::coordinator::txn::store::TXN_TOPIC;
 use crate::coordinator::txn::TxnCoordinator;
@@ -213,6 +214,8 @@ pub(super) struct Leadership {
     pub coordinator: Arc<GroupCoordinator>,
     /// Coordinates transactions while this broker leads `__transaction_state`.
     pub txn: Arc<TxnCoordinator>,
+    /// Keeps share-partition states while this broker leads `__share_group_state`.
+    pub share: Arc<ShareCoordinator>,
     /// Told why when this run of the broker must end.
     pub fatal: watch::Sender<Option<String>>,
 }
@@ -380,6 +383,9 @@ impl Leadership {
             let ready = match taken {
                 Ok(_) if claim.topic.name() == OFFSETS_TOPIC => {
                     self.coordinator.reload().await.map_err(anyhow::Error::from)
+                }
+                Ok(_) if claim.topic.name() == SHARE_STATE_TOPIC => {
+                    self.share.reload().await.map_err(anyhow::Error::from)
                 }
                 // Replayed once served (the coordinator answers only then),
                 // below; prepared transactions get their markers again.

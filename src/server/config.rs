@@ -387,6 +387,56 @@ pub struct BrokerConfig {
     )]
     pub group_streams_max_size: u64,
 
+    /// How often share group members heartbeat (group.share.heartbeat.interval.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5000
+    )]
+    pub group_share_heartbeat_interval_ms: u64,
+
+    /// Share group members not heard from for this long are removed
+    /// (group.share.session.timeout.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_SESSION_TIMEOUT_MS",
+        default_value_t = 45000
+    )]
+    pub group_share_session_timeout_ms: u64,
+
+    /// Most members a share group may have (group.share.max.size).
+    #[arg(long, env = "STRATA_GROUP_SHARE_MAX_SIZE", default_value_t = 200)]
+    pub group_share_max_size: u64,
+
+    /// How long a share consumer holds the records it acquired before they
+    /// are delivered to another (group.share.record.lock.duration.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_RECORD_LOCK_DURATION_MS",
+        default_value_t = 30000,
+        value_parser = clap::value_parser!(u64).range(1000..=3_600_000)
+    )]
+    pub group_share_record_lock_duration_ms: u64,
+
+    /// Deliveries of a record before it is archived, never delivered again
+    /// (group.share.delivery.count.limit).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_DELIVERY_COUNT_LIMIT",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(2..=10)
+    )]
+    pub group_share_delivery_count_limit: u64,
+
+    /// Most records of one share-partition in flight at once
+    /// (group.share.partition.max.record.locks).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_PARTITION_MAX_RECORD_LOCKS",
+        default_value_t = 2000
+    )]
+    pub group_share_partition_max_record_locks: u64,
+
     /// How long committed offsets of an empty group are kept (offsets.retention.minutes).
     #[arg(
         long,
@@ -775,6 +825,17 @@ impl BrokerConfig {
                 ),
                 max_size: self.group_streams_max_size as usize,
             },
+            share: crate::coordinator::share_group::ShareGroupConfig {
+                heartbeat_interval: Duration::from_millis(self.group_share_heartbeat_interval_ms),
+                session_timeout: Duration::from_millis(self.group_share_session_timeout_ms),
+                max_size: self.group_share_max_size as usize,
+                partition: crate::coordinator::share_partition::ShareSettings {
+                    lock_duration: Duration::from_millis(self.group_share_record_lock_duration_ms),
+                    delivery_count_limit: self.group_share_delivery_count_limit as i16,
+                    max_in_flight: self.group_share_partition_max_record_locks as i64,
+                    renew_enabled: true,
+                },
+            },
         }
     }
 
@@ -1009,6 +1070,36 @@ impl BrokerConfig {
             c(
                 "group.streams.max.size",
                 self.group_streams_max_size.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.heartbeat.interval.ms",
+                self.group_share_heartbeat_interval_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.session.timeout.ms",
+                self.group_share_session_timeout_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.max.size",
+                self.group_share_max_size.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.record.lock.duration.ms",
+                self.group_share_record_lock_duration_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.delivery.count.limit",
+                self.group_share_delivery_count_limit.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.partition.max.record.locks",
+                self.group_share_partition_max_record_locks.to_string(),
                 Int,
             ),
             c(

@@ -43,6 +43,8 @@ use crate::auth::sasl::{Exchange, Secrets, Step};
 use crate::principal::Principal;
 
 const MAX_IN_FLIGHT: usize = 64;
+/// Numbers the connections a broker accepts.
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 /// A TLS handshake not done by then is abandoned.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// What the socket under a TLS connection is read in.
@@ -193,6 +195,7 @@ async fn serve<R, W>(
     let mut expires: Option<Instant> = None;
     let mut lifetime: Option<Duration> = None;
     let mute = Arc::new(Mute::default());
+    let connection = NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     loop {
         // A throttled client's next request waits out its throttle (KIP-219).
         let muted = mute.remaining(broker.clock.now_ms().max(0) as u64);
@@ -266,6 +269,7 @@ async fn serve<R, W>(
                         &principal,
                         by_token,
                     ),
+                    connection,
                 };
                 match broker.handle_frame(frame, &session, &mute) {
                     Ok(reply) => (reply, false),
@@ -292,6 +296,7 @@ async fn serve<R, W>(
     // Replies already dispatched are still delivered before the socket closes.
     drop(tx);
     let _ = writer.await;
+    crate::api::connection_closed(&broker, connection).await;
 }
 
 /// What the reader hands the writer: a reply, with its API key and arrival

@@ -39,6 +39,7 @@ use crate::clock::{SharedClock, SharedRandom};
 use crate::cluster::Endpoint;
 use crate::compaction::scheduler::{Scheduler, SchedulerSettings};
 use crate::compaction::worker::{MergeTotals, WorkerOptions};
+use crate::coordinator::share_store::{ShareCoordinator, ShareStateStore, SHARE_STATE_TOPIC};
 use crate::coordinator::store::{OffsetsStore, OFFSETS_TOPIC};
 use crate::coordinator::txn::store::{TxnStore, TXN_TOPIC};
 use crate::coordinator::txn::TxnCoordinator;
@@ -226,6 +227,7 @@ pub(super) struct State {
     pub catalog: Arc<Catalog>,
     pub coordinator: Arc<GroupCoordinator>,
     pub txn: Arc<TxnCoordinator>,
+    pub share: Arc<ShareCoordinator>,
     pub scheduler: Arc<Scheduler>,
     pub tier: Arc<Tier>,
     pub access: Arc<Access>,
@@ -322,6 +324,7 @@ pub(super) async fn open_state(
             OffsetsStore::topic_spec(&coordinator_config),
             TxnStore::topic_spec(txn_config.segment_bytes),
             Scheduler::topic_spec(),
+            ShareStateStore::topic_spec(coordinator_config.offsets_topic_segment_bytes),
         ];
         cluster::adopt_topics(&j.node, &catalog, &internal).await?;
     }
@@ -331,7 +334,7 @@ pub(super) async fn open_state(
         requeue_after: REQUEUE_AFTER,
         scope: serves,
     };
-    let (offsets, txn_store, scheduler) = {
+    let (offsets, txn_store, scheduler, share_store) = {
         let (coordinator_config, txn_config) = (coordinator_config.clone(), txn_config.clone());
         let (clock, catalog) = (clock.clone(), catalog.clone());
         tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
@@ -344,8 +347,14 @@ pub(super) async fn open_state(
                 txn_config.wait_for_fsync,
                 clock.clone(),
             )?;
+            let share_store = ShareStateStore::open(
+                &catalog,
+                coordinator_config.offsets_topic_segment_bytes,
+                coordinator_config.wait_for_fsync,
+                clock.clone(),
+            )?;
             let scheduler = Scheduler::open(catalog.clone(), scheduler_settings, clock)?;
-            Ok((offsets, txn_store, Arc::new(scheduler)))
+            Ok((offsets, txn_store, Arc::new(scheduler), share_store))
         })
         .await??
     };
@@ -388,7 +397,19 @@ pub(super) async fn open_state(
         }),
     )
     .await?;
+    let share = Arc::new(
+        ShareCoordinator::open(
+            share_store,
+            clock.clone(),
+            leads(SHARE_STATE_TOPIC).map(|l| {
+                let a: crate::coordinator::Active = Arc::new(move || l().is_some());
+                a
+            }),
+        )
+        .await?,
+    );
     Ok(State {
+        share,
         clock,
         random,
         catalog,
@@ -426,6 +447,7 @@ pub(super) fn build_api(
         catalog: state.catalog.clone(),
         coordinator: state.coordinator.clone(),
         txn: state.txn.clone(),
+        share: state.share.clone(),
         clock: state.clock.clone(),
         cluster: joined.map(|j| j.node.clone()),
         access: state.access.clone(),
@@ -474,6 +496,7 @@ pub(super) fn spawn_jobs(
             wal: j.wal.clone(),
             coordinator: state.coordinator.clone(),
             txn: state.txn.clone(),
+            share: state.share.clone(),
             fatal: fatal.clone(),
         };
         jobs.spawn("leadership", leadership.run(stop.clone()));
@@ -584,6 +607,10 @@ pub(super) fn spawn_jobs(
             ),
         );
     }
+    jobs.spawn(
+        "share timers",
+        crate::api::run_share_timers(broker.clone(), stop.clone()),
+    );
     let retention_check = Duration::from_millis(config.offsets_retention_check_interval_ms.max(1));
     jobs.spawn(
         "group timers",

@@ -382,6 +382,7 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
             0,
             vec![
                 ("group.version".into(), 1),
+                ("share.version".into(), 1),
                 ("streams.version".into(), 1),
                 ("transaction.version".into(), 2)
             ]
@@ -397,7 +398,8 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
         vec![
             ("group.version".to_string(), 0, 1),
             ("transaction.version".to_string(), 0, 2),
-            ("streams.version".to_string(), 0, 1)
+            ("streams.version".to_string(), 0, 1),
+            ("share.version".to_string(), 0, 1)
         ]
     );
 
@@ -448,6 +450,7 @@ async fn update_features_turns_the_consumer_protocol_off_and_the_level_survives_
         (
             1,
             vec![
+                ("share.version".into(), 1),
                 ("streams.version".into(), 1),
                 ("transaction.version".into(), 2)
             ]
@@ -510,6 +513,7 @@ async fn in_a_cluster_a_feature_level_set_through_one_broker_reaches_the_others(
             == (
                 1,
                 vec![
+                    ("share.version".into(), 1),
                     ("streams.version".into(), 1),
                     ("transaction.version".into(), 2),
                 ],

@@ -43,6 +43,7 @@ mod leader_epochs;
 mod metrics;
 mod replicas_and_log_dirs;
 mod security;
+mod share_groups;
 mod simulation;
 mod simulation_control;
 mod tiered;
