@@ -378,6 +378,30 @@ fn read_summary(
     ReadShareGroupStateSummaryResponse::default().with_results(results)
 }
 
+/// The share coordinator's keys for partitions of `group`.
+fn share_keys(group: &str, keys: &[(Uuid, i32)]) -> Vec<ShareKey> {
+    keys.iter()
+        .map(|(t, p)| ShareKey {
+            group: group.to_string(),
+            topic_id: *t,
+            partition: *p,
+        })
+        .collect()
+}
+
+/// Per-partition entries grouped by topic, in first-seen order, as the
+/// state requests list them.
+fn by_topic<P>(parts: impl Iterator<Item = (Uuid, P)>) -> Vec<(Uuid, Vec<P>)> {
+    let mut out: Vec<(Uuid, Vec<P>)> = Vec::new();
+    for (t, p) in parts {
+        match out.iter_mut().find(|(id, _)| *id == t) {
+            Some((_, ps)) => ps.push(p),
+            None => out.push((t, vec![p])),
+        }
+    }
+    out
+}
+
 /// Where the share coordinator is.
 enum Coordinator {
     Here,
@@ -563,32 +587,24 @@ pub(super) async fn summaries(
     use kafka_protocol::messages::read_share_group_state_summary_request as rs;
     let (host, port) = match locate(b)? {
         Coordinator::Here => {
-            return keys
+            return share_keys(group, keys)
                 .iter()
-                .map(|(t, p)| {
-                    let k = ShareKey {
-                        group: group.to_string(),
-                        topic_id: *t,
-                        partition: *p,
-                    };
-                    b.share.coordinator.summary(&k).map_err(|e| code(&e))
-                })
+                .map(|k| b.share.coordinator.summary(k).map_err(|e| code(&e)))
                 .collect()
         }
         Coordinator::At(host, port) => (host, port),
     };
-    let mut topics: Vec<rs::ReadStateSummaryData> = Vec::new();
-    for (t, p) in keys {
-        let part = rs::PartitionData::default().with_partition(*p);
-        match topics.iter_mut().find(|d| d.topic_id == *t) {
-            Some(d) => d.partitions.push(part),
-            None => topics.push(
-                rs::ReadStateSummaryData::default()
-                    .with_topic_id(*t)
-                    .with_partitions(vec![part]),
-            ),
-        }
-    }
+    let parts = keys
+        .iter()
+        .map(|(t, p)| (*t, rs::PartitionData::default().with_partition(*p)));
+    let topics = by_topic(parts)
+        .into_iter()
+        .map(|(t, ps)| {
+            rs::ReadStateSummaryData::default()
+                .with_topic_id(t)
+                .with_partitions(ps)
+        })
+        .collect();
     let req = ReadShareGroupStateSummaryRequest::default()
         .with_group_id(StrBytes::from_string(group.to_string()))
         .with_topics(topics);
@@ -634,16 +650,10 @@ pub(super) async fn reset(
     }
     let (host, port) = match locate(b)? {
         Coordinator::Here => {
-            let keyed: Vec<(ShareKey, i64)> = starts
-                .iter()
-                .map(|((t, p), s)| {
-                    let k = ShareKey {
-                        group: group.to_string(),
-                        topic_id: *t,
-                        partition: *p,
-                    };
-                    (k, *s)
-                })
+            let keys: Vec<(Uuid, i32)> = starts.iter().map(|(k, _)| *k).collect();
+            let keyed: Vec<(ShareKey, i64)> = share_keys(group, &keys)
+                .into_iter()
+                .zip(starts.iter().map(|(_, s)| *s))
                 .collect();
             let end = b.share.coordinator.reset(&keyed).map_err(|e| code(&e))?;
             return b.share.coordinator.durable(end).await.map_err(|e| code(&e));
@@ -652,21 +662,21 @@ pub(super) async fn reset(
     };
     let keys: Vec<(Uuid, i32)> = starts.iter().map(|(k, _)| *k).collect();
     let epochs = summaries(b, group, &keys).await?;
-    let mut topics: Vec<i::InitializeStateData> = Vec::new();
-    for (((t, p), start), summary) in starts.iter().zip(epochs) {
+    let parts = starts.iter().zip(epochs).map(|(((t, p), start), summary)| {
         let part = i::PartitionData::default()
             .with_partition(*p)
             .with_state_epoch(summary.map_or(0, |s| s.state_epoch + 1))
             .with_start_offset(*start);
-        match topics.iter_mut().find(|d| d.topic_id == *t) {
-            Some(d) => d.partitions.push(part),
-            None => topics.push(
-                i::InitializeStateData::default()
-                    .with_topic_id(*t)
-                    .with_partitions(vec![part]),
-            ),
-        }
-    }
+        (*t, part)
+    });
+    let topics = by_topic(parts)
+        .into_iter()
+        .map(|(t, ps)| {
+            i::InitializeStateData::default()
+                .with_topic_id(t)
+                .with_partitions(ps)
+        })
+        .collect();
     let req = InitializeShareGroupStateRequest::default()
         .with_group_id(StrBytes::from_string(group.to_string()))
         .with_topics(topics);
@@ -695,31 +705,26 @@ pub(super) async fn delete_states(
     }
     let (host, port) = match locate(b)? {
         Coordinator::Here => {
-            let keyed: Vec<ShareKey> = keys
-                .iter()
-                .map(|(t, p)| ShareKey {
-                    group: group.to_string(),
-                    topic_id: *t,
-                    partition: *p,
-                })
-                .collect();
-            let end = b.share.coordinator.delete(&keyed).map_err(|e| code(&e))?;
+            let end = b
+                .share
+                .coordinator
+                .delete(&share_keys(group, keys))
+                .map_err(|e| code(&e))?;
             return b.share.coordinator.durable(end).await.map_err(|e| code(&e));
         }
         Coordinator::At(host, port) => (host, port),
     };
-    let mut topics: Vec<d::DeleteStateData> = Vec::new();
-    for (t, p) in keys {
-        let part = d::PartitionData::default().with_partition(*p);
-        match topics.iter_mut().find(|x| x.topic_id == *t) {
-            Some(x) => x.partitions.push(part),
-            None => topics.push(
-                d::DeleteStateData::default()
-                    .with_topic_id(*t)
-                    .with_partitions(vec![part]),
-            ),
-        }
-    }
+    let parts = keys
+        .iter()
+        .map(|(t, p)| (*t, d::PartitionData::default().with_partition(*p)));
+    let topics = by_topic(parts)
+        .into_iter()
+        .map(|(t, ps)| {
+            d::DeleteStateData::default()
+                .with_topic_id(t)
+                .with_partitions(ps)
+        })
+        .collect();
     let req = DeleteShareGroupStateRequest::default()
         .with_group_id(StrBytes::from_string(group.to_string()))
         .with_topics(topics);

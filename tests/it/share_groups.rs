@@ -20,22 +20,20 @@ fn s(v: &str) -> StrBytes {
 
 const ACCEPT: i8 = 1;
 
-/// Opens a share session on `raw` for `partitions` and acquires what it
-/// can; returns the acquired offsets per partition. The session ends with
-/// the connection.
-async fn acquire(
-    raw: &mut Raw,
+/// A ShareFetch opening a share session (epoch 0) on `partitions`.
+fn open_session(
     group: &str,
     member: &str,
     topic: Uuid,
     partitions: &[i32],
-) -> BTreeMap<i32, Vec<(i64, i16)>> {
+    max_wait_ms: i32,
+) -> ShareFetchRequest {
     use share_fetch_request::{FetchPartition, FetchTopic};
-    let req = ShareFetchRequest::default()
+    ShareFetchRequest::default()
         .with_group_id(Some(s(group).into()))
         .with_member_id(Some(s(member)))
         .with_share_session_epoch(0)
-        .with_max_wait_ms(3000)
+        .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(1 << 20)
         .with_max_records(500)
@@ -47,7 +45,20 @@ async fn acquire(
                     .iter()
                     .map(|p| FetchPartition::default().with_partition_index(*p))
                     .collect(),
-            )]);
+            )])
+}
+
+/// Opens a share session on `raw` for `partitions` and acquires what it
+/// can; returns the acquired offsets per partition. The session ends with
+/// the connection.
+async fn acquire(
+    raw: &mut Raw,
+    group: &str,
+    member: &str,
+    topic: Uuid,
+    partitions: &[i32],
+) -> BTreeMap<i32, Vec<(i64, i16)>> {
+    let req = open_session(group, member, topic, partitions, 3000);
     let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req).await;
     assert_eq!(resp.error_code, 0, "{resp:?}");
     let mut out = BTreeMap::new();
@@ -218,23 +229,8 @@ async fn try_acquire(
     member: &str,
     topic: Uuid,
 ) -> BTreeMap<i32, Vec<(i64, i16)>> {
-    use share_fetch_request::{FetchPartition, FetchTopic};
     let mut raw = Raw::connect(addr).await;
-    let req = ShareFetchRequest::default()
-        .with_group_id(Some(s(group).into()))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(0)
-        .with_max_wait_ms(1000)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_max_records(500)
-        .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic_id(topic)
-            .with_partitions(vec![
-                FetchPartition::default().with_partition_index(0),
-                FetchPartition::default().with_partition_index(1),
-            ])]);
+    let req = open_session(group, member, topic, &[0, 1], 1000);
     let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req).await;
     let mut out = BTreeMap::new();
     if resp.error_code != 0 {
