@@ -379,6 +379,7 @@ mod tests {
                 (GROUP_VERSION, group_version),
                 (TRANSACTION_VERSION, 2),
                 (STREAMS_VERSION, 1),
+                (SHARE_VERSION, 1),
             ]),
         }
     }
@@ -393,7 +394,7 @@ mod tests {
         assert_eq!((f.epoch, f.level(GROUP_VERSION)), (0, 1));
         assert_eq!(f.level(TRANSACTION_VERSION), 2);
         assert_eq!(f.level(STREAMS_VERSION), 1);
-        assert_eq!(f.level("share.version"), 0);
+        assert_eq!(f.level(SHARE_VERSION), 1);
     }
 
     #[test]
@@ -436,7 +437,7 @@ mod tests {
     #[test]
     fn one_refused_feature_refuses_the_whole_update() {
         let mut updates = update(GROUP_VERSION, 0, SAFE_DOWNGRADE);
-        updates.insert("share.version".to_string(), (1, UPGRADE));
+        updates.insert(SHARE_VERSION.to_string(), (2, UPGRADE));
         assert!(updated(&finalized(1), &updates, 1).is_err());
     }
 
