@@ -5,7 +5,9 @@
 # idempotence, the broker leading partition 0 loses its machine (kill -9, data
 # directory deleted). Afterwards every acknowledged record must be read back
 # exactly once, at the offset it was acknowledged with, by both the Java and
-# the librdkafka consumer; unacknowledged ones at most once. Prints each
+# the librdkafka consumer; unacknowledged ones at most once. A share group
+# (Kafka 4.4's KafkaShareConsumer) reads along from before the kill and must
+# deliver every record at least once, each as the log has it. Prints each
 # producer's stall and failover time, then waits for the write-ahead log
 # objects in the bucket to be collected once the segments seal.
 #
@@ -134,6 +136,13 @@ until [ "$(acks "$WORK/java.acks")" -ge 500 ] && [ "$(acks "$WORK/rdkafka.acks")
   sleep 0.2
 done
 
+# A share group (KIP-932) reads along through the failover with Kafka 4.4's KafkaShareConsumer.
+SHARE_STOP="$WORK/share-stop"
+"${JAVA[@]}" share-consume "$BOOTSTRAP" "$TOPIC" cluster-share "$SHARE_STOP" "$WORK/share.dump" \
+  >"$WORK/java-share-consumer.log" 2>&1 &
+SHARE_PID=$!
+PIDS+=($SHARE_PID)
+
 VICTIM="$("$PY" "$HERE/cluster.py" leader 0)"
 echo "== broker $VICTIM leads partition 0: kill -9, and its data directory goes"
 KILLED_AT="$(date +%s%3N)"
@@ -151,6 +160,11 @@ wait "$RDKAFKA_PID" || { echo "the librdkafka producer failed" >&2; exit 1; }
 echo "== reading everything back (Java consumer, librdkafka consumer) from the survivors"
 "${JAVA[@]}" consume "$BOOTSTRAP" "$TOPIC" "$WORK/java.dump" 2>"$WORK/java-consumer.log"
 "$PY" "$HERE/cluster.py" verify "$KILLED_AT" "$WORK/java.acks" "$WORK/rdkafka.acks" "$WORK/java.dump"
+
+echo "== the share group's deliveries (Java KafkaShareConsumer, read across the kill)"
+touch "$SHARE_STOP"
+wait "$SHARE_PID" || { echo "the Java share consumer failed" >&2; exit 1; }
+"$PY" "$HERE/cluster.py" share-verify "$WORK/java.dump" "$WORK/share.dump"
 
 echo "== waiting for the write-ahead log to be collected once segments seal"
 "$PY" "$HERE/cluster.py" wal-collected
