@@ -84,6 +84,8 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" AWS_ALLOW_HTTP=true
 export BUCKET=strata-cluster PREFIX=c1 TOPIC=busy PARTITIONS=6
 "$PY" "$HERE/cluster.py" setup
 
+# --wal-max-age-ms: internal topics (the share group's state) roll their segments as
+# soon as the test topic's segment.ms rolls its own, so the WAL becomes collectable.
 start_node() {
   local node="$1" port
   port="$(free_port)"
@@ -92,7 +94,7 @@ start_node() {
     --data-dir "$WORK/data-$node" --cluster "etcd://127.0.0.1:$ETCD_PORT/strata" \
     --cluster-lease-ttl-ms 2000 --wal-flush-ms 10 --compaction-worker false \
     --store "s3://$BUCKET/$PREFIX" --s3-endpoint "$AWS_ENDPOINT_URL" --s3-allow-http true \
-    --tier-interval-ms 200 >>"$WORK/broker-$node.log" 2>&1 &
+    --tier-interval-ms 200 --wal-max-age-ms 3000 >>"$WORK/broker-$node.log" 2>&1 &
   BROKER_PIDS[$node]=$!
   BROKER_PORTS[$node]=$port
   PIDS+=($!)

@@ -541,6 +541,14 @@ async fn load(b: &Broker, key: &Key, p: &crate::log::Partition, epoch: i32) -> R
     if current {
         return Ok(());
     }
+    if b.cluster.is_some() {
+        // Other brokers' config changes arrive within a second; a new
+        // share-partition starts where the group's share.auto.offset.reset
+        // says now (an operator sets it just before the first consumer).
+        if let Err(e) = super::group_configs::refresh(b).await {
+            tracing::warn!(error = %e, "could not reread group configs");
+        }
+    }
     let start = start_offset(b, &key.0, p).await;
     let state = super::share_state::load(b, &share_key(key), epoch, start)
         .await

@@ -176,7 +176,16 @@ public final class ClusterClient {
             return;
           }
           if (System.currentTimeMillis() > deadline) {
-            throw new IllegalStateException("the share consumer did not see every offset below " + end);
+            StringBuilder missing = new StringBuilder();
+            for (var e : end.entrySet()) {
+              java.util.BitSet b = seen.getOrDefault(e.getKey().partition(), new java.util.BitSet());
+              int first = b.nextClearBit(0);
+              if (first < e.getValue()) {
+                missing.append(' ').append(e.getKey()).append(" from ").append(first).append(" (")
+                    .append(e.getValue() - b.get(0, e.getValue().intValue()).cardinality()).append(" missing)");
+              }
+            }
+            throw new IllegalStateException("the share consumer did not see every offset below " + end + ":" + missing);
           }
         }
       }
