@@ -475,12 +475,16 @@ async fn share_fetch(
             break;
         }
         let appended = async {
-            match appends.is_empty() {
-                true => std::future::pending::<()>().await,
-                false => {
-                    let _ = select_all(appends.iter_mut().map(|w| Box::pin(w.changed()))).await;
+            if !appends.is_empty() {
+                let (changed, _, _) =
+                    select_all(appends.iter_mut().map(|w| Box::pin(w.changed()))).await;
+                if changed.is_ok() {
+                    return;
                 }
             }
+            // Nothing to watch, or a partition closed under us: wait for
+            // the deadline instead of spinning.
+            std::future::pending::<()>().await
         };
         tokio::select! {
             _ = returned => {}
