@@ -474,7 +474,17 @@ async fn replication_factors_up_to_the_live_brokers_are_accepted_and_reported_by
                 .with_replication_factor(factor)])
     };
     let mut raw = Raw::connect(addr(&cluster.bootstrap_of(1))).await;
-    let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &create(TOPIC, 3)).await;
+    // Broker 1 may not see the third registration yet on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let resp = loop {
+        let resp: CreateTopicsResponse = raw.call(ApiKey::CreateTopics, 7, &create(TOPIC, 3)).await;
+        let unseen = resp.topics[0].error_code
+            == kafka_protocol::error::ResponseError::InvalidReplicationFactor.code();
+        if !unseen || Instant::now() > deadline {
+            break resp;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let created = &resp.topics[0];
     assert_eq!(created.error_code, 0, "{resp:?}");
     assert_eq!(created.replication_factor, 3);
