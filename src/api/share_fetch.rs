@@ -268,15 +268,6 @@ fn settings(b: &Broker, group: &str) -> ShareSettings {
     b.coordinator.share_config(group).partition
 }
 
-/// share.isolation.level: whether the group reads only committed records.
-fn read_committed(b: &Broker, group: &str) -> bool {
-    b.coordinator
-        .group_configs()
-        .get(group)
-        .get("share.isolation.level")
-        .is_some_and(|v| v.trim() == "read_committed")
-}
-
 /// Where a share-partition nobody read yet starts (share.auto.offset.reset:
 /// latest, earliest, or by_duration:<ISO-8601 duration>).
 async fn start_offset(b: &Broker, group: &str, p: &crate::log::Partition) -> i64 {
@@ -304,10 +295,10 @@ async fn start_offset(b: &Broker, group: &str, p: &crate::log::Partition) -> i64
 /// before they count as done.
 async fn acknowledge_partition(
     b: &Broker,
-    group: &str,
     member: &str,
     key: Key,
     batches: Result<Vec<AckBatch>, AckError>,
+    s: &ShareSettings,
 ) -> i16 {
     let batches = match batches {
         Ok(v) => v,
@@ -318,10 +309,7 @@ async fn acknowledge_partition(
         let Some(l) = parts.get_mut(&key) else {
             return ResponseError::InvalidRecordState.code();
         };
-        match l
-            .partition
-            .acknowledge(member, b.clock.now(), &batches, &settings(b, group))
-        {
+        match l.partition.acknowledge(member, b.clock.now(), &batches, s) {
             Ok(changed) => (
                 !changed.is_empty(),
                 batches.iter().any(|a| a.types.contains(&AckType::Release)),
@@ -378,7 +366,7 @@ async fn share_fetch(
         return top(ResponseError::InvalidRequest.code());
     }
     let (group, member) = (group.to_string(), member.to_string());
-    let lock_ms = settings(&b, &group).lock_duration.as_millis() as i32;
+    let s = settings(&b, &group);
     let requested: Vec<(Uuid, i32)> = r
         .topics
         .iter()
@@ -424,7 +412,7 @@ async fn share_fetch(
                 version >= 2 && r.is_renew_ack,
             );
             let key = (group.clone(), t.topic_id, p.partition_index);
-            let code = acknowledge_partition(&b, &group, &member, key, batches).await;
+            let code = acknowledge_partition(&b, &member, key, batches, &s).await;
             ack_results.insert((t.topic_id, p.partition_index), code);
         }
     }
@@ -457,7 +445,8 @@ async fn share_fetch(
                     max_bytes: r.max_bytes,
                     whole_batches: r.share_acquire_mode == 0,
                 };
-                let (data, watch) = fetch_partition(&b, &group, &member, (*t, *part), limits).await;
+                let (data, watch) =
+                    fetch_partition(&b, &group, &member, (*t, *part), limits, &s).await;
                 appends.extend(watch);
                 budget -= data
                     .acquired_records
@@ -522,7 +511,7 @@ async fn share_fetch(
         release(&b, &group, &member, partitions).await;
     }
     ShareFetchResponse::default()
-        .with_acquisition_lock_timeout_ms(lock_ms)
+        .with_acquisition_lock_timeout_ms(s.lock_duration.as_millis() as i32)
         .with_responses(by_topic)
 }
 
@@ -629,6 +618,7 @@ async fn fetch_partition(
     member: &str,
     (topic, index): (Uuid, i32),
     limits: Limits,
+    s: &ShareSettings,
 ) -> (PartitionData, Option<watch::Receiver<i64>>) {
     let base = empty(index);
     let Some(t) = b.catalog.topic_by_id(topic) else {
@@ -637,9 +627,11 @@ async fn fetch_partition(
             None,
         );
     };
-    let partition = match b.served_partition(&t, index, -1) {
-        Ok(p) => p,
-        Err(code) => return (base.with_error_code(code), None),
+    let Some(partition) = t.partition(index) else {
+        return (
+            base.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+            None,
+        );
     };
     let epoch = match b.route(topic, index) {
         super::Route::Serve(e) => e,
@@ -660,9 +652,7 @@ async fn fetch_partition(
         return (base.with_error_code(code), None);
     }
     let watch = partition.subscribe();
-    let s = settings(b, group);
-    let committed = read_committed(b, group);
-    let readable_end = match committed {
+    let readable_end = match s.read_committed {
         true => partition.last_stable_offset(),
         false => partition.high_watermark(),
     };
@@ -672,13 +662,13 @@ async fn fetch_partition(
             return (base, Some(watch));
         };
         l.partition.log_start_moved(partition.log_start_offset());
-        if !l.partition.can_acquire(readable_end, &s) {
+        if !l.partition.can_acquire(readable_end, s) {
             return (base, Some(watch));
         }
         l.partition.next_fetch_offset()
     };
     let max_bytes = limits.max_bytes.max(0) as usize;
-    let slice = match committed {
+    let slice = match s.read_committed {
         true => partition.fetch_committed(from, max_bytes, true).await,
         false => partition.fetch(from, max_bytes, true).await,
     };
@@ -703,7 +693,7 @@ async fn fetch_partition(
         let now = b.clock.now();
         let mut acquired =
             l.partition
-                .acquire(member, now, limits.max_records, fetched_end, &skip, &s);
+                .acquire(member, now, limits.max_records, fetched_end, &skip, s);
         let last = acquired.iter().map(|a| a.last).max();
         if let (true, Some(last)) = (limits.whole_batches, last) {
             // The rest of the batch holding the last record handed out.
@@ -711,7 +701,7 @@ async fn fetch_partition(
             if batch_end > last {
                 let rest =
                     l.partition
-                        .acquire(member, now, batch_end - last, batch_end + 1, &skip, &s);
+                        .acquire(member, now, batch_end - last, batch_end + 1, &skip, s);
                 acquired.extend(rest);
             }
         }
@@ -764,6 +754,7 @@ async fn share_acknowledge(
         return top(ResponseError::InvalidRequest.code());
     }
     let (group, member) = (group.to_string(), member.to_string());
+    let s = settings(&b, &group);
     let closing = match b.share.sessions.lock().acknowledge(
         &group,
         &member,
@@ -784,7 +775,7 @@ async fn share_acknowledge(
                 version >= 2 && r.is_renew_ack,
             );
             let key = (group.clone(), t.topic_id, p.partition_index);
-            let code = acknowledge_partition(&b, &group, &member, key, batches).await;
+            let code = acknowledge_partition(&b, &member, key, batches, &s).await;
             partitions.push(
                 AckData::default()
                     .with_partition_index(p.partition_index)
@@ -801,7 +792,7 @@ async fn share_acknowledge(
         release(&b, &group, &member, partitions).await;
     }
     ShareAcknowledgeResponse::default()
-        .with_acquisition_lock_timeout_ms(settings(&b, &group).lock_duration.as_millis() as i32)
+        .with_acquisition_lock_timeout_ms(s.lock_duration.as_millis() as i32)
         .with_responses(responses)
 }
 

@@ -447,6 +447,9 @@ impl GroupConfigs {
         if let Some(v) = configs.get("share.renew.acknowledge.enable") {
             p.renew_enabled = v.trim() == "true";
         }
+        if let Some(v) = configs.get("share.isolation.level") {
+            p.read_committed = v.trim() == "read_committed";
+        }
         cfg
     }
 

@@ -73,14 +73,9 @@ pub(crate) struct HeartbeatParams {
     pub client_host: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HeartbeatResult {
-    pub member_id: String,
-    pub member_epoch: i32,
-    pub heartbeat_interval_ms: i32,
-    /// Sent on a join, a new subscription, or when it changed.
-    pub assignment: Option<Assignment>,
-}
+/// A heartbeat's answer, as for consumer groups; the assignment is sent on
+/// a join, a new subscription, or when it changed.
+pub(crate) use super::consumer::HeartbeatResult;
 
 /// Kafka's checks before the coordinator (INVALID_REQUEST).
 pub(crate) fn validate(group_id: &str, p: &HeartbeatParams) -> Result<(), CoordinatorError> {

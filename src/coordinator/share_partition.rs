@@ -35,6 +35,9 @@ pub struct ShareSettings {
     pub max_in_flight: i64,
     /// share.renew.acknowledge.enable (KIP-1222).
     pub renew_enabled: bool,
+    /// share.isolation.level=read_committed: only committed records, and
+    /// never those of aborted transactions.
+    pub read_committed: bool,
 }
 
 impl Default for ShareSettings {
@@ -45,6 +48,7 @@ impl Default for ShareSettings {
             delivery_count_limit: 5,
             max_in_flight: 2000,
             renew_enabled: true,
+            read_committed: false,
         }
     }
 }
@@ -506,6 +510,7 @@ mod tests {
             delivery_count_limit: 3,
             max_in_flight: 100,
             renew_enabled: true,
+            read_committed: false,
         }
     }
 

@@ -834,6 +834,7 @@ impl BrokerConfig {
                     delivery_count_limit: self.group_share_delivery_count_limit as i16,
                     max_in_flight: self.group_share_partition_max_record_locks as i64,
                     renew_enabled: true,
+                    read_committed: false,
                 },
             },
         }
