@@ -1,26 +1,36 @@
-//! KIP-951 leader hints: a Produce (v10+) or Fetch (v16+) partition answered
-//! NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names the partition's
-//! current leader and epoch, and the response lists that leader's endpoint,
-//! so the client re-routes at once instead of waiting for a metadata refresh.
+//! KIP-951 leader hints: a Produce (v10+), Fetch (v16+), ShareFetch or
+//! ShareAcknowledge partition answered NOT_LEADER_OR_FOLLOWER or
+//! FENCED_LEADER_EPOCH names the partition's current leader and epoch, and
+//! the response lists that leader's endpoint, so the client re-routes at once
+//! instead of waiting for a metadata refresh.
 //!
 //! The hints are added to the finished response rather than inside the
 //! handlers: they depend only on the error codes, and an error found late (a
-//! fenced write-ahead log while waiting for acks=all) gets its hint too. They
-//! are written only when a live broker is known to lead the partition, which
-//! only happens in cluster mode; the tagged fields stay absent otherwise.
+//! fenced write-ahead log while waiting for acks=all) gets its hint too. In
+//! Produce and Fetch they are tagged fields, written only when a live broker
+//! is known to lead the partition. In the share responses they are plain
+//! fields whose zero value reads as "broker 0 at epoch 0": there an unknown
+//! leader is -1, which makes Kafka's share consumer drop the leader it keeps
+//! per partition and ask the metadata again (with a stale 0 it kept fetching
+//! from the old leader for good).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::{fetch_response, produce_response};
-use kafka_protocol::messages::{BrokerId, FetchResponse, ProduceResponse};
+use kafka_protocol::messages::{
+    fetch_response, produce_response, share_acknowledge_response, share_fetch_response,
+};
+use kafka_protocol::messages::{
+    BrokerId, FetchResponse, ProduceResponse, ShareAcknowledgeResponse, ShareFetchResponse,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::Broker;
 use crate::catalog::Topic;
 use crate::cluster::BrokerInfo;
+use uuid::Uuid;
 
 /// The first Produce version with `current_leader` and `node_endpoints`.
 const PRODUCE_VERSION: i16 = 10;
@@ -63,6 +73,74 @@ pub(super) fn fetch(
     }
 }
 
+/// Adds the hints to a ShareFetch response once it is ready.
+pub(super) fn share_fetch(
+    broker: &Arc<Broker>,
+    pending: impl Future<Output = ShareFetchResponse> + Send + 'static,
+    listener: &str,
+) -> impl Future<Output = ShareFetchResponse> + Send + 'static {
+    let broker = broker.clone();
+    let listener = listener.to_string();
+    async move {
+        let mut resp = pending.await;
+        let mut hints = Hints::new(&broker);
+        for t in &mut resp.responses {
+            let id = t.topic_id;
+            for p in &mut t.partitions {
+                if let Some((leader, epoch)) =
+                    hints.share_leader(id, p.partition_index, p.error_code)
+                {
+                    p.current_leader = share_fetch_response::LeaderIdAndEpoch::default()
+                        .with_leader_id(leader)
+                        .with_leader_epoch(epoch);
+                }
+            }
+        }
+        resp.node_endpoints = hints.endpoints(&listener, |id, host, port, rack| {
+            share_fetch_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(host)
+                .with_port(port)
+                .with_rack(rack)
+        });
+        resp
+    }
+}
+
+/// Adds the hints to a ShareAcknowledge response once it is ready.
+pub(super) fn share_acknowledge(
+    broker: &Arc<Broker>,
+    pending: impl Future<Output = ShareAcknowledgeResponse> + Send + 'static,
+    listener: &str,
+) -> impl Future<Output = ShareAcknowledgeResponse> + Send + 'static {
+    let broker = broker.clone();
+    let listener = listener.to_string();
+    async move {
+        let mut resp = pending.await;
+        let mut hints = Hints::new(&broker);
+        for t in &mut resp.responses {
+            let id = t.topic_id;
+            for p in &mut t.partitions {
+                if let Some((leader, epoch)) =
+                    hints.share_leader(id, p.partition_index, p.error_code)
+                {
+                    p.current_leader = share_acknowledge_response::LeaderIdAndEpoch::default()
+                        .with_leader_id(leader)
+                        .with_leader_epoch(epoch);
+                }
+            }
+        }
+        resp.node_endpoints = hints.endpoints(&listener, |id, host, port, rack| {
+            share_acknowledge_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(host)
+                .with_port(port)
+                .with_rack(rack)
+        });
+        resp
+    }
+}
+
 /// The leaders named so far, and their endpoints.
 struct Hints<'a> {
     broker: &'a Broker,
@@ -100,6 +178,40 @@ impl<'a> Hints<'a> {
         self.named.insert(leader, info.clone());
         Some((leader, epoch))
     }
+
+    /// A share response's hint: the live leader, or -1 for an unknown one.
+    fn share_leader(&mut self, topic: Uuid, partition: i32, code: i16) -> Option<(i32, i32)> {
+        let broker = self.broker;
+        let redirect = [
+            ResponseError::NotLeaderOrFollower.code(),
+            ResponseError::FencedLeaderEpoch.code(),
+        ]
+        .contains(&code);
+        let leader = self.leader(|| broker.catalog.topic_by_id(topic), partition, code);
+        leader.or(redirect.then_some((-1, -1)))
+    }
+
+    /// The named leaders' endpoints on `listener`, each built by `make`
+    /// from its id, host, port and rack.
+    fn endpoints<T>(
+        self,
+        listener: &str,
+        make: impl Fn(i32, StrBytes, i32, Option<StrBytes>) -> T,
+    ) -> Vec<T> {
+        self.named
+            .into_values()
+            .filter_map(|b| {
+                let (host, port) = b.endpoint(Some(listener))?;
+                let rack = b.rack.map(StrBytes::from_string);
+                Some(make(
+                    b.node_id,
+                    StrBytes::from_string(host),
+                    port.into(),
+                    rack,
+                ))
+            })
+            .collect()
+    }
 }
 
 fn hint_produce(broker: &Broker, resp: &mut ProduceResponse, listener: &str) {
@@ -114,20 +226,13 @@ fn hint_produce(broker: &Broker, resp: &mut ProduceResponse, listener: &str) {
             }
         }
     }
-    resp.node_endpoints = hints
-        .named
-        .into_values()
-        .filter_map(|b| {
-            let (host, port) = b.endpoint(Some(listener))?;
-            Some(
-                produce_response::NodeEndpoint::default()
-                    .with_node_id(BrokerId(b.node_id))
-                    .with_host(StrBytes::from_string(host))
-                    .with_port(port.into())
-                    .with_rack(b.rack.map(StrBytes::from_string)),
-            )
-        })
-        .collect();
+    resp.node_endpoints = hints.endpoints(listener, |id, host, port, rack| {
+        produce_response::NodeEndpoint::default()
+            .with_node_id(BrokerId(id))
+            .with_host(host)
+            .with_port(port)
+            .with_rack(rack)
+    });
 }
 
 fn hint_fetch(broker: &Broker, resp: &mut FetchResponse, listener: &str) {
@@ -144,18 +249,11 @@ fn hint_fetch(broker: &Broker, resp: &mut FetchResponse, listener: &str) {
             }
         }
     }
-    resp.node_endpoints = hints
-        .named
-        .into_values()
-        .filter_map(|b| {
-            let (host, port) = b.endpoint(Some(listener))?;
-            Some(
-                fetch_response::NodeEndpoint::default()
-                    .with_node_id(BrokerId(b.node_id))
-                    .with_host(StrBytes::from_string(host))
-                    .with_port(port.into())
-                    .with_rack(b.rack.map(StrBytes::from_string)),
-            )
-        })
-        .collect();
+    resp.node_endpoints = hints.endpoints(listener, |id, host, port, rack| {
+        fetch_response::NodeEndpoint::default()
+            .with_node_id(BrokerId(id))
+            .with_host(host)
+            .with_port(port)
+            .with_rack(rack)
+    });
 }

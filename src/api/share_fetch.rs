@@ -43,12 +43,18 @@ use crate::format::batch::BatchHeader;
 pub(super) const SHARE_FETCH: Api = api!(
     ShareFetchRequest,
     1..=2,
-    later(|b, r, cx| share_fetch(b.clone(), r, cx.version, cx.connection))
+    later(|b, r, cx| {
+        let pending = share_fetch(b.clone(), r, cx.version, cx.connection);
+        super::leader_hints::share_fetch(b, pending, cx.listener)
+    })
 );
 pub(super) const SHARE_ACKNOWLEDGE: Api = api!(
     ShareAcknowledgeRequest,
     1..=2,
-    later(|b, r, cx| share_acknowledge(b.clone(), r, cx.version, cx.connection))
+    later(|b, r, cx| {
+        let pending = share_acknowledge(b.clone(), r, cx.version, cx.connection);
+        super::leader_hints::share_acknowledge(b, pending, cx.listener)
+    })
 );
 
 error_codes! {
@@ -609,6 +615,15 @@ struct Limits {
     whole_batches: bool,
 }
 
+/// Whether this broker is the partition's assigned leader but not serving
+/// it yet.
+fn taking_over(b: &Broker, topic: Uuid, index: i32) -> bool {
+    b.cluster
+        .as_ref()
+        .and_then(|c| Some(c.leader_of(topic, index)?.0 == c.node_id()))
+        .unwrap_or(false)
+}
+
 /// Reads one partition from its share-partition's next fetch offset and
 /// acquires what was read; with nothing acquired, also a watch of the
 /// partition's end to wait on.
@@ -635,6 +650,10 @@ async fn fetch_partition(
     };
     let epoch = match b.route(topic, index) {
         super::Route::Serve(e) => e,
+        // Assigned here and still being taken over: nothing yet, rather than
+        // an error the share consumer would retry at once, in a tight loop,
+        // for as long as the takeover reads the old leader's log.
+        super::Route::Elsewhere if taking_over(b, topic, index) => return (base, None),
         super::Route::Elsewhere => {
             return (
                 base.with_error_code(ResponseError::NotLeaderOrFollower.code()),

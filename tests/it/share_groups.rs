@@ -135,6 +135,27 @@ async fn in_a_cluster_acknowledgements_survive_a_kill_of_the_share_coordinator()
     let state_leader =
         common::cluster::leaders(&bs, "__share_group_state", 1).expect("state leader")[&0];
     let topic = topic_id(addr(&cluster, 1), "shq").await;
+    // A ShareFetch at the broker not leading a partition names its leader
+    // (KIP-951): Kafka's share consumer keeps each partition's leader and
+    // only moves on such a hint.
+    for (p, leader) in &leaders {
+        let other = 3 - leader;
+        let mut raw = Raw::connect(addr(&cluster, other)).await;
+        let req = open_session("probe", "probe-member", topic, &[*p], 0);
+        let resp: ShareFetchResponse = raw.call(ApiKey::ShareFetch, 1, &req).await;
+        let d = &resp.responses[0].partitions[0];
+        assert_eq!(d.error_code, ResponseError::NotLeaderOrFollower.code());
+        assert_eq!(
+            (d.current_leader.leader_id, d.current_leader.leader_epoch),
+            (*leader, 0)
+        );
+        let ports: Vec<_> = resp
+            .node_endpoints
+            .iter()
+            .map(|e| (e.node_id.0, e.port))
+            .collect();
+        assert_eq!(ports, [(*leader, cluster.port(*leader) as i32)]);
+    }
     // The group reads from the start (share.auto.offset.reset=earliest),
     // set through each broker so that both apply it at once.
     for node in [1, 2] {
