@@ -232,6 +232,31 @@ def verify(killed_at, java_acks, rdkafka_acks, java_dump):
         "same with the Java and librdkafka consumers)")
 
 
+def read_dump(path):
+    """(partition, offset) -> [values] of a "PARTITION OFFSET VALUE" dump, in the order read."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            p, o, v = line.split(" ", 2)
+            out.setdefault((int(p), int(o)), []).append(v.rstrip("\n"))
+    return out
+
+
+def share_verify(java_dump, share_dump):
+    """At least once: the share group delivered every record of the topic, each time with the value
+    the full read found at that offset (a redelivery is the same record, never another one)."""
+    full = {k: vs[0] for k, vs in read_dump(java_dump).items()}
+    shared = read_dump(share_dump)
+    missing = sorted(set(full) - set(shared))
+    assert not missing, f"the share group never delivered {len(missing)} records, e.g. {missing[:5]}"
+    wrong = [(k, vs) for k, vs in shared.items() if k in full and any(v != full[k] for v in vs)]
+    assert not wrong, f"share deliveries disagree with the log: {wrong[:5]}"
+    extra = sorted(set(shared) - set(full))
+    assert not extra, f"the share group delivered offsets the log does not have: {extra[:5]}"
+    again = sum(len(vs) - 1 for vs in shared.values())
+    log(f"share group: all {len(full)} records delivered, {again} delivered again (at least once)")
+
+
 FENCES = {}
 
 
@@ -278,4 +303,4 @@ def wal_collected():
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"setup": setup, "create-topic": create_topic, "leader": leader, "produce": produce,
-     "verify": verify, "wal-collected": wal_collected}[cmd](*args)
+     "verify": verify, "share-verify": share_verify, "wal-collected": wal_collected}[cmd](*args)

@@ -5,7 +5,9 @@
 # idempotence, the broker leading partition 0 loses its machine (kill -9, data
 # directory deleted). Afterwards every acknowledged record must be read back
 # exactly once, at the offset it was acknowledged with, by both the Java and
-# the librdkafka consumer; unacknowledged ones at most once. Prints each
+# the librdkafka consumer; unacknowledged ones at most once. A share group
+# (Kafka 4.4's KafkaShareConsumer) reads along from before the kill and must
+# deliver every record at least once, each as the log has it. Prints each
 # producer's stall and failover time, then waits for the write-ahead log
 # objects in the bucket to be collected once the segments seal.
 #
@@ -82,6 +84,8 @@ export AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" AWS_ALLOW_HTTP=true
 export BUCKET=strata-cluster PREFIX=c1 TOPIC=busy PARTITIONS=6
 "$PY" "$HERE/cluster.py" setup
 
+# --wal-max-age-ms: internal topics (the share group's state) roll their segments as
+# soon as the test topic's segment.ms rolls its own, so the WAL becomes collectable.
 start_node() {
   local node="$1" port
   port="$(free_port)"
@@ -90,7 +94,7 @@ start_node() {
     --data-dir "$WORK/data-$node" --cluster "etcd://127.0.0.1:$ETCD_PORT/strata" \
     --cluster-lease-ttl-ms 2000 --wal-flush-ms 10 --compaction-worker false \
     --store "s3://$BUCKET/$PREFIX" --s3-endpoint "$AWS_ENDPOINT_URL" --s3-allow-http true \
-    --tier-interval-ms 200 >>"$WORK/broker-$node.log" 2>&1 &
+    --tier-interval-ms 200 --wal-max-age-ms 3000 >>"$WORK/broker-$node.log" 2>&1 &
   BROKER_PIDS[$node]=$!
   BROKER_PORTS[$node]=$port
   PIDS+=($!)
@@ -134,6 +138,19 @@ until [ "$(acks "$WORK/java.acks")" -ge 500 ] && [ "$(acks "$WORK/rdkafka.acks")
   sleep 0.2
 done
 
+# A share group (KIP-932) reads along through the failover with Kafka 4.4's KafkaShareConsumer.
+SHARE_STOP="$WORK/share-stop"
+"${JAVA[@]}" share-consume "$BOOTSTRAP" "$TOPIC" cluster-share "$SHARE_STOP" "$WORK/share.dump" \
+  >"$WORK/java-share-consumer.log" 2>&1 &
+SHARE_PID=$!
+PIDS+=($SHARE_PID)
+deadline=$(( $(date +%s) + 60 ))
+until [ "$(wc -l <"$WORK/share.dump" 2>/dev/null || echo 0)" -ge 500 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || { echo "the share consumer did not get going" >&2; exit 1; }
+  kill -0 "$SHARE_PID" || { echo "the share consumer died" >&2; exit 1; }
+  sleep 0.2
+done
+
 VICTIM="$("$PY" "$HERE/cluster.py" leader 0)"
 echo "== broker $VICTIM leads partition 0: kill -9, and its data directory goes"
 KILLED_AT="$(date +%s%3N)"
@@ -151,6 +168,11 @@ wait "$RDKAFKA_PID" || { echo "the librdkafka producer failed" >&2; exit 1; }
 echo "== reading everything back (Java consumer, librdkafka consumer) from the survivors"
 "${JAVA[@]}" consume "$BOOTSTRAP" "$TOPIC" "$WORK/java.dump" 2>"$WORK/java-consumer.log"
 "$PY" "$HERE/cluster.py" verify "$KILLED_AT" "$WORK/java.acks" "$WORK/rdkafka.acks" "$WORK/java.dump"
+
+echo "== the share group's deliveries (Java KafkaShareConsumer, read across the kill)"
+touch "$SHARE_STOP"
+wait "$SHARE_PID" || { echo "the Java share consumer failed" >&2; exit 1; }
+"$PY" "$HERE/cluster.py" share-verify "$WORK/java.dump" "$WORK/share.dump"
 
 echo "== waiting for the write-ahead log to be collected once segments seal"
 "$PY" "$HERE/cluster.py" wal-collected
