@@ -31,18 +31,19 @@ fn check_name(group: &str) -> Result<(), Failure> {
 /// The broker's value of a group config's broker synonym, and its source:
 /// a flag's (STATIC_BROKER_CONFIG) or Kafka's default.
 fn broker_value(broker: &Broker, name: &str) -> (String, i8) {
+    let configs = &broker.settings.static_configs;
     let Some(d) = group_config(name) else {
-        return (String::new(), CONFIG_SOURCE_DEFAULT);
+        // A broker config by its own name (a group config's bound).
+        return configs
+            .iter()
+            .find(|c| c.name == name)
+            .map_or((String::new(), CONFIG_SOURCE_DEFAULT), |c| {
+                (c.value.clone(), CONFIG_SOURCE_STATIC_BROKER)
+            });
     };
     d.def
         .broker
-        .and_then(|synonym| {
-            broker
-                .settings
-                .static_configs
-                .iter()
-                .find(|c| c.name == synonym)
-        })
+        .and_then(|synonym| configs.iter().find(|c| c.name == synonym))
         .map_or((d.def.default.to_string(), CONFIG_SOURCE_DEFAULT), |c| {
             (c.value.clone(), CONFIG_SOURCE_STATIC_BROKER)
         })

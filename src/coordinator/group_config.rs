@@ -241,6 +241,15 @@ pub(crate) const GROUP_CONFIGS: &[GroupConfigDef] = &[
     ),
 ];
 
+/// Group configs whose bounds are broker configs, as Kafka's
+/// group.share.{min,max}.record.lock.duration.ms; `range` holds their
+/// defaults.
+const BROKER_BOUNDS: &[(&str, &str, &str)] = &[(
+    "share.record.lock.duration.ms",
+    "group.share.min.record.lock.duration.ms",
+    "group.share.max.record.lock.duration.ms",
+)];
+
 pub(crate) fn group_config(name: &str) -> Option<&'static GroupConfigDef> {
     GROUP_CONFIGS.iter().find(|d| d.def.name == name)
 }
@@ -248,12 +257,23 @@ pub(crate) fn group_config(name: &str) -> Option<&'static GroupConfigDef> {
 /// Kafka's checks (GroupConfig.validate) of the overrides a group would
 /// have: known names, values of the right type within the broker's bounds,
 /// sessions longer than heartbeats. `defaults` gives the broker's value of
-/// a config the group does not override. The error is Kafka's message.
+/// a config the group does not override, and of a broker config by its own
+/// name (the bounds above). The error is Kafka's message.
 pub(crate) fn validate(configs: &Configs, defaults: impl Fn(&str) -> String) -> Result<(), String> {
     for (name, value) in configs {
         let d = group_config(name).ok_or_else(|| format!("Unknown group config name: {name}"))?;
         check(&d.def, value)?;
-        if let (Some((min, max)), Ok(n)) = (d.range, value.trim().parse::<i64>()) {
+        let range =
+            d.range.map(
+                |(min, max)| match BROKER_BOUNDS.iter().find(|(n, _, _)| n == name) {
+                    Some((_, lo, hi)) => (
+                        defaults(lo).parse().unwrap_or(min),
+                        defaults(hi).parse().unwrap_or(max),
+                    ),
+                    None => (min, max),
+                },
+            );
+        if let (Some((min, max)), Ok(n)) = (range, value.trim().parse::<i64>()) {
             if n < min || n > max {
                 return Err(format!(
                     "{name} must be in the range {min} to {max} inclusive."
@@ -496,7 +516,7 @@ mod tests {
     }
 
     fn defaults(name: &str) -> String {
-        group_config(name).unwrap().def.default.to_string()
+        group_config(name).map_or(String::new(), |d| d.def.default.to_string())
     }
 
     #[test]
@@ -515,6 +535,20 @@ mod tests {
         assert_eq!(err, "Unknown group config name: consumer.nope");
         let err = validate(&configs(&[("share.delivery.count.limit", "x")]), defaults);
         assert!(err.unwrap_err().ends_with("Not a number of type INT"));
+    }
+
+    #[test]
+    fn the_lock_duration_bounds_are_the_brokers() {
+        let c = configs(&[("share.record.lock.duration.ms", "3000")]);
+        assert_eq!(
+            validate(&c, defaults).unwrap_err(),
+            "share.record.lock.duration.ms must be in the range 15000 to 60000 inclusive."
+        );
+        let short_locks = |n: &str| match n {
+            "group.share.min.record.lock.duration.ms" => "1000".to_string(),
+            n => defaults(n),
+        };
+        assert!(validate(&c, short_locks).is_ok());
     }
 
     #[test]

@@ -418,6 +418,26 @@ pub struct BrokerConfig {
     )]
     pub group_share_record_lock_duration_ms: u64,
 
+    /// The shortest share.record.lock.duration.ms a group may set
+    /// (group.share.min.record.lock.duration.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_MIN_RECORD_LOCK_DURATION_MS",
+        default_value_t = 15000,
+        value_parser = clap::value_parser!(u64).range(1000..=3_600_000)
+    )]
+    pub group_share_min_record_lock_duration_ms: u64,
+
+    /// The longest share.record.lock.duration.ms a group may set
+    /// (group.share.max.record.lock.duration.ms).
+    #[arg(
+        long,
+        env = "STRATA_GROUP_SHARE_MAX_RECORD_LOCK_DURATION_MS",
+        default_value_t = 60000,
+        value_parser = clap::value_parser!(u64).range(1000..=3_600_000)
+    )]
+    pub group_share_max_record_lock_duration_ms: u64,
+
     /// Deliveries of a record before it is archived, never delivered again
     /// (group.share.delivery.count.limit).
     #[arg(
@@ -1091,6 +1111,16 @@ impl BrokerConfig {
             c(
                 "group.share.record.lock.duration.ms",
                 self.group_share_record_lock_duration_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.min.record.lock.duration.ms",
+                self.group_share_min_record_lock_duration_ms.to_string(),
+                Int,
+            ),
+            c(
+                "group.share.max.record.lock.duration.ms",
+                self.group_share_max_record_lock_duration_ms.to_string(),
                 Int,
             ),
             c(
