@@ -14,7 +14,7 @@
 //! append to one of its partitions or for records to come back (released,
 //! or their lock expired); the share timer expires locks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,6 +79,8 @@ struct Loaded {
 /// coordinator their state is written to.
 pub(crate) struct ShareState {
     partitions: Mutex<HashMap<Key, Loaded>>,
+    /// Share-partitions being loaded in the background (`load_later`).
+    loading: Mutex<HashSet<Key>>,
     sessions: Mutex<ShareSessions>,
     pub(super) coordinator: Arc<ShareCoordinator>,
     /// Woken when records become acquirable again (released, lock expired).
@@ -89,6 +91,7 @@ impl ShareState {
     pub(crate) fn new(coordinator: Arc<ShareCoordinator>) -> ShareState {
         ShareState {
             partitions: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashSet::new()),
             sessions: Mutex::new(ShareSessions::new(MAX_SESSIONS)),
             coordinator,
             returned: Notify::new(),
@@ -306,6 +309,19 @@ async fn acknowledge_partition(
     batches: Result<Vec<AckBatch>, AckError>,
     s: &ShareSettings,
 ) -> i16 {
+    // As Kafka, the topic first: a deleted one is UNKNOWN_TOPIC_ID and its
+    // share-partition goes, rather than taking acknowledgements.
+    let known = b
+        .catalog
+        .topic_by_id(key.1)
+        .map(|t| t.partition(key.2).is_some());
+    if known != Some(true) {
+        b.share.partitions.lock().remove(&key);
+        return match known {
+            None => ResponseError::UnknownTopicId.code(),
+            Some(_) => ResponseError::UnknownTopicOrPartition.code(),
+        };
+    }
     let batches = match batches {
         Ok(v) => v,
         Err(e) => return ack_code(&e),
@@ -446,6 +462,16 @@ async fn share_fetch(
                 {
                     continue;
                 }
+                // As Kafka, which sets share-partitions up in the background
+                // and answers with those ready: once this fetch has records,
+                // one not loaded yet is loaded for the next fetch.
+                let key = (group.clone(), *t, *part);
+                if got.values().any(|d| !d.acquired_records.is_empty())
+                    && !b.share.partitions.lock().contains_key(&key)
+                {
+                    load_later(&b, key);
+                    continue;
+                }
                 let limits = Limits {
                     max_records: budget,
                     max_bytes: r.max_bytes,
@@ -565,6 +591,27 @@ async fn load(b: &Broker, key: &Key, p: &crate::log::Partition, epoch: i32) -> R
         }
     }
     Ok(())
+}
+
+/// Loads a share-partition in the background, once at a time, and wakes
+/// the fetches waiting for records when it is ready.
+fn load_later(b: &Arc<Broker>, key: Key) {
+    if !b.share.loading.lock().insert(key.clone()) {
+        return;
+    }
+    let b = b.clone();
+    tokio::spawn(async move {
+        let partition = b
+            .catalog
+            .topic_by_id(key.1)
+            .and_then(|t| t.partition(key.2));
+        if let (Some(p), super::Route::Serve(epoch)) = (partition, b.route(key.1, key.2)) {
+            if load(&b, &key, &p, epoch).await.is_ok() {
+                b.share.returned.notify_waiters();
+            }
+        }
+        b.share.loading.lock().remove(&key);
+    });
 }
 
 /// Offsets of the batches in `records` not to deliver: control batches,

@@ -324,6 +324,21 @@ async fn share_requests_in_wrong_states_get_kafkas_errors_and_share_version_zero
         .with_topics(vec![AcknowledgeTopic::default().with_topic_id(topic)]);
     let r: ShareAcknowledgeResponse = raw.call(ApiKey::ShareAcknowledge, 1, &ack).await;
     assert_eq!(r.error_code, ResponseError::InvalidShareSessionEpoch.code());
+    // Acknowledgements for a topic id the broker does not know (deleted):
+    // UNKNOWN_TOPIC_ID for that partition.
+    use share_acknowledge_request::{AcknowledgePartition, AcknowledgementBatch};
+    let gone = ack
+        .with_share_session_epoch(1)
+        .with_topics(vec![AcknowledgeTopic::default()
+            .with_topic_id(Uuid::new_v4())
+            .with_partitions(vec![AcknowledgePartition::default()
+                .with_acknowledgement_batches(vec![
+                    AcknowledgementBatch::default().with_acknowledge_types(vec![ACCEPT]),
+                ])])]);
+    let r: ShareAcknowledgeResponse = raw.call(ApiKey::ShareAcknowledge, 1, &gone).await;
+    assert_eq!(r.error_code, 0);
+    let code = r.responses[0].partitions[0].error_code;
+    assert_eq!(code, ResponseError::UnknownTopicId.code());
     // Offsets of a group that does not exist cannot be deleted.
     let del = DeleteShareGroupOffsetsRequest::default()
         .with_group_id(s("nobody").into())
