@@ -73,73 +73,52 @@ pub(super) fn fetch(
     }
 }
 
-/// Adds the hints to a ShareFetch response once it is ready.
-pub(super) fn share_fetch(
-    broker: &Arc<Broker>,
-    pending: impl Future<Output = ShareFetchResponse> + Send + 'static,
-    listener: &str,
-) -> impl Future<Output = ShareFetchResponse> + Send + 'static {
-    let broker = broker.clone();
-    let listener = listener.to_string();
-    async move {
-        let mut resp = pending.await;
-        let mut hints = Hints::new(&broker);
-        for t in &mut resp.responses {
-            let id = t.topic_id;
-            for p in &mut t.partitions {
-                if let Some((leader, epoch)) =
-                    hints.share_leader(id, p.partition_index, p.error_code)
-                {
-                    p.current_leader = share_fetch_response::LeaderIdAndEpoch::default()
-                        .with_leader_id(leader)
-                        .with_leader_epoch(epoch);
+/// Writes `share_fetch` and `share_acknowledge`: the same hints over each
+/// response's own generated types.
+macro_rules! share_hints {
+    ($name:ident, $response:ty, $types:ident) => {
+        /// Adds the hints to a share response once it is ready.
+        pub(super) fn $name(
+            broker: &Arc<Broker>,
+            pending: impl Future<Output = $response> + Send + 'static,
+            listener: &str,
+        ) -> impl Future<Output = $response> + Send + 'static {
+            let broker = broker.clone();
+            let listener = listener.to_string();
+            async move {
+                let mut resp = pending.await;
+                let mut hints = Hints::new(&broker);
+                for t in &mut resp.responses {
+                    let id = t.topic_id;
+                    for p in &mut t.partitions {
+                        if let Some((leader, epoch)) =
+                            hints.share_leader(id, p.partition_index, p.error_code)
+                        {
+                            p.current_leader = $types::LeaderIdAndEpoch::default()
+                                .with_leader_id(leader)
+                                .with_leader_epoch(epoch);
+                        }
+                    }
                 }
+                resp.node_endpoints = hints.endpoints(&listener, |id, host, port, rack| {
+                    $types::NodeEndpoint::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(host)
+                        .with_port(port)
+                        .with_rack(rack)
+                });
+                resp
             }
         }
-        resp.node_endpoints = hints.endpoints(&listener, |id, host, port, rack| {
-            share_fetch_response::NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(host)
-                .with_port(port)
-                .with_rack(rack)
-        });
-        resp
-    }
+    };
 }
 
-/// Adds the hints to a ShareAcknowledge response once it is ready.
-pub(super) fn share_acknowledge(
-    broker: &Arc<Broker>,
-    pending: impl Future<Output = ShareAcknowledgeResponse> + Send + 'static,
-    listener: &str,
-) -> impl Future<Output = ShareAcknowledgeResponse> + Send + 'static {
-    let broker = broker.clone();
-    let listener = listener.to_string();
-    async move {
-        let mut resp = pending.await;
-        let mut hints = Hints::new(&broker);
-        for t in &mut resp.responses {
-            let id = t.topic_id;
-            for p in &mut t.partitions {
-                if let Some((leader, epoch)) =
-                    hints.share_leader(id, p.partition_index, p.error_code)
-                {
-                    p.current_leader = share_acknowledge_response::LeaderIdAndEpoch::default()
-                        .with_leader_id(leader)
-                        .with_leader_epoch(epoch);
-                }
-            }
-        }
-        resp.node_endpoints = hints.endpoints(&listener, |id, host, port, rack| {
-            share_acknowledge_response::NodeEndpoint::default()
-                .with_node_id(BrokerId(id))
-                .with_host(host)
-                .with_port(port)
-                .with_rack(rack)
-        });
-        resp
-    }
-}
+share_hints!(share_fetch, ShareFetchResponse, share_fetch_response);
+share_hints!(
+    share_acknowledge,
+    ShareAcknowledgeResponse,
+    share_acknowledge_response
+);
 
 /// The leaders named so far, and their endpoints.
 struct Hints<'a> {
