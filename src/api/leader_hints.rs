@@ -120,6 +120,12 @@ share_hints!(
     share_acknowledge_response
 );
 
+/// Whether a partition error sends the client to another leader.
+fn redirects(code: i16) -> bool {
+    code == ResponseError::NotLeaderOrFollower.code()
+        || code == ResponseError::FencedLeaderEpoch.code()
+}
+
 /// The leaders named so far, and their endpoints.
 struct Hints<'a> {
     broker: &'a Broker,
@@ -143,11 +149,7 @@ impl<'a> Hints<'a> {
         partition: i32,
         code: i16,
     ) -> Option<(i32, i32)> {
-        let redirects = [
-            ResponseError::NotLeaderOrFollower.code(),
-            ResponseError::FencedLeaderEpoch.code(),
-        ];
-        if !redirects.contains(&code) {
+        if !redirects(code) {
             return None;
         }
         let cluster = self.broker.cluster.as_ref()?;
@@ -161,13 +163,8 @@ impl<'a> Hints<'a> {
     /// A share response's hint: the live leader, or -1 for an unknown one.
     fn share_leader(&mut self, topic: Uuid, partition: i32, code: i16) -> Option<(i32, i32)> {
         let broker = self.broker;
-        let redirect = [
-            ResponseError::NotLeaderOrFollower.code(),
-            ResponseError::FencedLeaderEpoch.code(),
-        ]
-        .contains(&code);
         let leader = self.leader(|| broker.catalog.topic_by_id(topic), partition, code);
-        leader.or(redirect.then_some((-1, -1)))
+        leader.or(redirects(code).then_some((-1, -1)))
     }
 
     /// The named leaders' endpoints on `listener`, each built by `make`

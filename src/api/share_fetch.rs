@@ -463,14 +463,15 @@ async fn share_fetch(
                     continue;
                 }
                 // As Kafka, which sets share-partitions up in the background
-                // and answers with those ready: once this fetch has records,
-                // one not loaded yet is loaded for the next fetch.
-                let key = (group.clone(), *t, *part);
-                if got.values().any(|d| !d.acquired_records.is_empty())
-                    && !b.share.partitions.lock().contains_key(&key)
-                {
-                    load_later(&b, key);
-                    continue;
+                // and answers with those ready: once this fetch has records
+                // (spent some of its budget), one not loaded yet is loaded
+                // for the next fetch.
+                if budget < i64::from(r.max_records) {
+                    let key = (group.clone(), *t, *part);
+                    if !b.share.partitions.lock().contains_key(&key) {
+                        load_later(&b, key);
+                        continue;
+                    }
                 }
                 let limits = Limits {
                     max_records: budget,
