@@ -4,8 +4,8 @@
 #     deliberately the old client we want to stay compatible with)
 #   - protoc (building etcd-client) and the etcd server (tests/cluster*.rs start a
 #     real etcd per test, integration/cluster one for its 3 brokers), both Debian packages
-#   - libssl-dev and pkg-config (librdkafka built with OpenSSL), libzstd-dev (the
-#     librdkafka 2.15 that integration/librdkafka builds its tests from)
+#   - libssl-dev and pkg-config (librdkafka built with OpenSSL), libzstd-dev and
+#     patch (the librdkafka 2.15 that integration/librdkafka builds its tests from)
 #   - faketime (libfaketime, for the clock jumps of integration/chaos)
 #   - the Python client libraries pinned in integration/python/requirements.txt
 # The Java suite (integration/java) resolves its own dependencies through Maven.
@@ -28,6 +28,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 # librdkafka's SSL and SCRAM (the rdkafka crate's `ssl` feature) link OpenSSL.
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 dpkg -s libzstd-dev >/dev/null 2>&1 || missing+=(libzstd-dev)
+command -v patch >/dev/null 2>&1 || missing+=(patch)
 # libfaketime: integration/chaos jumps one broker's wall clock (LD_PRELOAD).
 dpkg -s libfaketime >/dev/null 2>&1 || missing+=(faketime)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
