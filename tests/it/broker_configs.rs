@@ -434,16 +434,20 @@ async fn a_rotated_keystore_serves_new_connections_while_open_ones_keep_working(
     let mut admin = Raw::connect(broker.addr()).await;
     assert!(connects_trusting(&broker.server, &old.ca));
     assert!(!connects_trusting(&broker.server, &new.ca));
-    // A connection opened before the rotation.
+    // A connection opened before the rotation. librdkafka drops its
+    // bootstrap connection once metadata names broker 1 and connects to
+    // that in the background; ListGroups, sent to every broker the metadata
+    // named, waits until that connection is up. (No group.id: a consumer
+    // group's coordinator connection would also open in the background.)
     let addr = broker.server.listener_addr("SSL").unwrap();
     let open: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", format!("localhost:{}", addr.port()))
         .set("security.protocol", "ssl")
         .set("ssl.ca.location", old.ca.to_str().unwrap())
-        .set("group.id", "before-rotation")
         .create()
         .unwrap();
     open.fetch_metadata(None, TIMEOUT).unwrap();
+    open.fetch_group_list(None, TIMEOUT).unwrap();
 
     // A keystore that does not load is refused, and the old one stays.
     let garbage = new.cert.with_file_name("garbage.pem");
